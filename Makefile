@@ -1,0 +1,29 @@
+# grpo-lab: the two set-up commands are `make repro` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(abspath $(VENV))/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: repro test lint bench clean-venv
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	touch $(STAMP)
+
+## Run the whole pipeline (dvc repro) on the defaults in params.yaml.
+repro: $(STAMP)
+	PATH=$(BIN):$$PATH dvc repro
+
+## Lint and run the test suite.
+test: $(STAMP)
+	PATH=$(BIN):$$PATH ruff check .
+	PATH=$(BIN):$$PATH python -m pytest
+
+## Time a full `dvc repro --force` in a scratch copy and check the RL gain.
+bench: $(STAMP)
+	PATH=$(BIN):$$PATH python -m benchmarks.repro
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""grpo_core: the algorithms of grpo-lab as small, tested functions over padded tensors."""

@@ -1,0 +1,58 @@
+"""Advantage estimators, registered by name (verl's `core_algos` pattern).
+
+Each estimator maps per-completion scalar rewards of shape (num_groups * group_size,), ordered
+group by group, to per-completion advantages of the same shape. The loss broadcasts them over
+each completion's tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+AdvantageFn = Callable[..., torch.Tensor]
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    def deco(fn: AdvantageFn) -> AdvantageFn:
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return deco
+
+
+def get_advantage(name: str) -> AdvantageFn:
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}"
+        ) from None
+
+
+def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    if rewards.ndim != 1 or rewards.numel() % group_size:
+        raise ValueError(
+            f"rewards of shape {tuple(rewards.shape)} do not split into groups of {group_size}"
+        )
+    return rewards.view(-1, group_size)
+
+
+@register_advantage("grpo")
+def grpo_advantage(rewards: torch.Tensor, group_size: int, epsilon: float = 1e-4) -> torch.Tensor:
+    """A_i = (r_i - mean(r_group)) / (std(r_group) + epsilon).
+
+    DeepSeekMath (Shao et al., 2024), eq. (3) outcome supervision. The std is the unbiased
+    sample std, as in TRL's GRPOTrainer and verl.
+    """
+    r = _groups(rewards.float(), group_size)
+    mean = r.mean(dim=1, keepdim=True)
+    std = r.std(dim=1, keepdim=True)
+    return ((r - mean) / (std + epsilon)).reshape(-1)
+
+
+def group_reward_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Unbiased std of each group's rewards, shape (num_groups,)."""
+    return _groups(rewards.float(), group_size).std(dim=1)

@@ -1,0 +1,240 @@
+"""Typed, validated parameters: one pydantic model per `params.yaml` section.
+
+Every knob is documented where it is declared (the TRL `GRPOConfig` habit). Stages call
+`load_params()` before doing any work, so a typo or a bad value fails at once with a message
+that names the key and what is allowed, and nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Level = Annotated[int, Field(ge=1, le=5)]
+
+
+class Section(BaseModel):
+    # extra="forbid": an unknown key is an error, not silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataParams(Section):
+    """`prepare` stage: which problems exist and how the splits are drawn."""
+
+    domains: list[Literal["arith"]] = Field(
+        default=["arith"], min_length=1, description="Tiny-world domains to generate."
+    )
+    levels: list[Level] = Field(
+        default=[1, 2, 3, 4, 5], min_length=1, description="Difficulty levels (1 = easiest)."
+    )
+    train_per_level: PositiveInt = Field(2000, description="Training problems per level.")
+    eval_per_level: PositiveInt = Field(
+        300,
+        description="Held-out problems per level. With k samples each, 300 keeps the standard "
+        "error of a level's accuracy near 2-3 points.",
+    )
+
+
+class TinyModelParams(Section):
+    """Architecture of the tiny-world decoder (a standard Qwen2 config)."""
+
+    hidden_size: PositiveInt = 128
+    num_layers: PositiveInt = 3
+    num_heads: PositiveInt = 4
+    intermediate_size: PositiveInt = 512
+    max_position_embeddings: PositiveInt = 256
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> TinyModelParams:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_heads ({self.num_heads})"
+            )
+        return self
+
+
+class SFTParams(Section):
+    """Warm start of the tiny model on reference solutions (before any RL)."""
+
+    steps: Annotated[int, Field(ge=0)] = Field(
+        300, description="Optimizer steps. Fewer leaves more of the ladder for RL to learn."
+    )
+    batch_size: PositiveInt = 64
+    lr: PositiveFloat = 3e-3
+    warmup_steps: Annotated[int, Field(ge=0)] = 20
+    level_weights: list[Annotated[float, Field(ge=0)]] = Field(
+        default=[1.0, 1.0, 1.0, 0.5, 0.15],
+        description="Sampling weight of each level (level 1 first) in the SFT mixture; "
+        "low weights on hard levels leave them unsolved, which is what RL studies need.",
+    )
+
+
+class ModelParams(Section):
+    """`base` stage: which model RL starts from."""
+
+    name: str = Field(
+        "tiny",
+        description="'tiny' builds and warm-starts the tiny-world model; anything else is a "
+        "Hugging Face hub id (e.g. Qwen/Qwen2.5-Math-1.5B) or a local model directory.",
+    )
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    tiny: TinyModelParams = TinyModelParams()
+    sft: SFTParams = SFTParams()
+
+
+class LoraParams(Section):
+    """Optional LoRA adapters (peft). The KL reference is then the model with adapters off."""
+
+    enabled: bool = False
+    r: PositiveInt = 8
+    alpha: PositiveFloat = 16.0
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    target_modules: str | list[str] = Field(
+        "all-linear", description="peft target_modules: 'all-linear' or a list of module names."
+    )
+
+
+class TrainParams(Section):
+    """`train` stage: the RL loop."""
+
+    levels: list[Level] = Field(
+        default=[2, 3, 4],
+        min_length=1,
+        description="Levels to train on: the learnable band (solved sometimes, not always).",
+    )
+    steps: PositiveInt = Field(30, description="RL steps (one rollout batch each).")
+    prompts_per_step: PositiveInt = Field(32, description="Questions per rollout batch.")
+    group_size: Annotated[int, Field(ge=2)] = Field(
+        8, description="Completions per question (G); group statistics need at least 2."
+    )
+    temperature: PositiveFloat = Field(1.0, description="Sampling temperature of rollouts.")
+    max_new_tokens: PositiveInt = 72
+    lr: PositiveFloat = 5e-5
+    warmup_steps: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="Linear learning-rate warmup, in optimizer steps; constant afterwards. "
+        "Adam's first steps are sign-like, so a short warmup keeps them from jolting the policy.",
+    )
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    max_grad_norm: PositiveFloat = 1.0
+    updates_per_batch: PositiveInt = Field(
+        2,
+        description="Optimizer steps on each rollout batch (TRL's num_iterations). Above 1 the "
+        "importance ratio against the rollout policy's stored log-probs matters.",
+    )
+    micro_batch_size: PositiveInt = Field(
+        256, description="Sequences per forward/backward; gradients accumulate to the full batch."
+    )
+    clip_low: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.2, description="Ratio clip below: 1 - clip_low."
+    )
+    clip_high: Annotated[float, Field(ge=0)] = Field(
+        0.2, description="Ratio clip above: 1 + clip_high (DAPO's clip-higher raises this)."
+    )
+    kl_coef: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="Weight of the k3 KL to the reference model; 0 skips the reference."
+    )
+    filter_zero_std: bool = Field(
+        True,
+        description="Leave groups whose rewards are all equal out of the loss. Their advantage "
+        "is 0, so they only dilute the token-mean; DAPO's dynamic sampling without refill.",
+    )
+    adv_epsilon: PositiveFloat = Field(1e-4, description="Added to the group std (GRPO).")
+    lora: LoraParams = LoraParams()
+
+    @model_validator(mode="after")
+    def _micro_batch_fits(self) -> TrainParams:
+        if self.micro_batch_size < self.group_size:
+            raise ValueError("micro_batch_size must be at least group_size")
+        return self
+
+
+class EvalParams(Section):
+    """`evaluate` stage: how base and policy are scored on the held-out split."""
+
+    samples: PositiveInt = Field(4, description="k samples per question (avg@k, pass@k).")
+    temperature: PositiveFloat = Field(1.0, description="Sampling temperature, as papers report.")
+    max_new_tokens: PositiveInt = 72
+    batch_size: PositiveInt = Field(512, description="Sequences per generate call.")
+    pass_at: list[PositiveInt] = Field(default=[4], description="k values reported as pass@k.")
+
+    @model_validator(mode="after")
+    def _pass_at_within_samples(self) -> EvalParams:
+        too_big = [k for k in self.pass_at if k > self.samples]
+        if too_big:
+            raise ValueError(f"pass_at values {too_big} exceed samples ({self.samples})")
+        return self
+
+
+class Params(Section):
+    """The whole `params.yaml`."""
+
+    seed: Annotated[int, Field(ge=0)] = 0
+    algo: Literal["grpo"] = Field("grpo", description="Algorithm preset.")
+    data: DataParams = DataParams()
+    model: ModelParams = ModelParams()
+    train: TrainParams = TrainParams()
+    eval: EvalParams = EvalParams()
+
+
+class ParamsError(ValueError):
+    """params.yaml is missing, unreadable or invalid; the message says where and why."""
+
+
+def _describe(err: dict) -> str:
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{key}: unknown key"
+    if kind == "literal_error":
+        allowed = err.get("ctx", {}).get("expected", "")
+        return f"{key}: got {err.get('input')!r}; allowed values: {allowed}"
+    return f"{key}: {err['msg']} (got {err.get('input')!r})"
+
+
+def _allowed_keys(loc: tuple) -> str:
+    model: type[BaseModel] = Params
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        ann = getattr(field, "annotation", None)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return ""
+        model = ann
+    return ", ".join(model.model_fields)
+
+
+def parse_params(raw: object, source: str = "params.yaml") -> Params:
+    """Validate a parsed YAML mapping; raise ParamsError naming every bad key."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(
+            f"{source}: expected a mapping at the top level, got {type(raw).__name__}"
+        )
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            line = _describe(err)
+            if err["type"] == "extra_forbidden":
+                line += f" (allowed keys here: {_allowed_keys(err['loc'])})"
+            lines.append("  " + line)
+        raise ParamsError(f"{source} is invalid:\n" + "\n".join(lines)) from None
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    if not path.exists():
+        raise ParamsError(f"{path}: not found (run from the repository root)")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
+    return parse_params(raw, str(path))

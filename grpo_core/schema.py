@@ -1,0 +1,41 @@
+"""The unified problem schema every data source maps to, and a checked reader for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PROBLEM_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),  # unique within a split
+        ("domain", pa.string()),  # math | mcq | code: selects the reward
+        ("source", pa.string()),  # benchmark or generator name; the key in metrics/eval.json
+        ("level", pa.int32()),  # difficulty level, 1 = easiest
+        ("prompt", pa.string()),  # exactly what the model is given
+        ("answer", pa.string()),  # gold final answer, as the verifier reads it
+        ("solution", pa.string()),  # reference solution (SFT target, guidance prefixes)
+        ("meta", pa.string()),  # JSON object with source-specific fields
+    ]
+)
+
+
+def problems_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=PROBLEM_SCHEMA)
+
+
+def read_problems(path: str | Path) -> pa.Table:
+    """Read a problems Parquet file; a missing column or a wrong type names the file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: not found; run the stage that writes it (dvc repro)")
+    table = pq.read_table(path)
+    missing = [f.name for f in PROBLEM_SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing columns {missing}; expected {PROBLEM_SCHEMA.names}")
+    table = table.select(PROBLEM_SCHEMA.names)
+    try:
+        return table.cast(PROBLEM_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"{path}: columns do not match the problem schema: {exc}") from None

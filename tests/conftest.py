@@ -1,0 +1,24 @@
+import pytest
+import torch
+
+from grpo_core.config import TinyModelParams
+from grpo_core.tiny import arith
+from grpo_core.tiny.model import build_tiny_model
+from grpo_core.tiny.tokenizer import build_char_tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    texts = [arith.prompt(47, 38), arith.solution(47, 38), "0123456789+=?:QA \n\\boxed{}"]
+    return build_char_tokenizer(texts)
+
+
+@pytest.fixture
+def tiny_model(tokenizer):
+    params = TinyModelParams(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    return build_tiny_model(tokenizer, params, seed=0).eval()
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    torch.set_num_threads(1)

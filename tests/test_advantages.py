@@ -1,0 +1,28 @@
+import pytest
+import torch
+
+from grpo_core.advantages import get_advantage, group_reward_std, grpo_advantage
+
+
+def test_grpo_advantage_hand_computed():
+    # Group 1: rewards [1, 0, 0, 0]: mean 0.25, unbiased std sqrt(0.25) = 0.5.
+    # Group 2: rewards [1, 1, 0, 0]: mean 0.5, unbiased std sqrt(1/3).
+    rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0])
+    adv = grpo_advantage(rewards, group_size=4, epsilon=0.0)
+    s = (1 / 3) ** 0.5
+    expected = torch.tensor([1.5, -0.5, -0.5, -0.5, 0.5 / s, 0.5 / s, -0.5 / s, -0.5 / s])
+    torch.testing.assert_close(adv, expected)
+
+
+def test_identical_rewards_give_zero_advantage():
+    rewards = torch.tensor([1.0, 1, 1, 0, 0, 0])
+    assert torch.equal(grpo_advantage(rewards, 3), torch.zeros(6))
+    torch.testing.assert_close(group_reward_std(rewards, 3), torch.zeros(2))
+
+
+def test_registry_and_shape_errors():
+    assert get_advantage("grpo") is grpo_advantage
+    with pytest.raises(ValueError, match="unknown advantage estimator 'nope'"):
+        get_advantage("nope")
+    with pytest.raises(ValueError, match="groups of 4"):
+        grpo_advantage(torch.zeros(6), 4)

@@ -1,0 +1,49 @@
+import json
+
+import pyarrow as pa
+import pytest
+
+from grpo_core.io import atomic_path, write_json, write_parquet
+from grpo_core.schema import problems_table, read_problems
+
+
+def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path):
+    target = tmp_path / "out.json"
+    write_json({"v": 1}, target)
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed")
+    assert json.loads(target.read_text()) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary left behind
+
+
+def test_atomic_directory_replace(tmp_path):
+    target = tmp_path / "model"
+    for version in ("1", "2"):
+        with atomic_path(target) as tmp:
+            tmp.mkdir()
+            (tmp / "v.txt").write_text(version)
+    assert (target / "v.txt").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_read_problems_checks_the_schema(tmp_path):
+    row = {
+        "id": "a",
+        "domain": "math",
+        "source": "arith",
+        "level": 1,
+        "prompt": "p",
+        "answer": "1",
+        "solution": "s",
+        "meta": "{}",
+    }
+    good = tmp_path / "good.parquet"
+    write_parquet(problems_table([row]), good)
+    assert read_problems(good).to_pylist() == [row]
+    bad = tmp_path / "bad.parquet"
+    write_parquet(pa.Table.from_pylist([{"id": "a", "prompt": "p"}]), bad)
+    with pytest.raises(ValueError, match=r"bad.parquet: missing columns \['domain'"):
+        read_problems(bad)
+    with pytest.raises(FileNotFoundError, match="nope.parquet: not found"):
+        read_problems(tmp_path / "nope.parquet")
