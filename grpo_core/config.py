@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from grpo_core.errors import InputError
+
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Level = Annotated[int, Field(ge=1, le=5)]
@@ -183,7 +185,7 @@ class Params(Section):
     eval: EvalParams = EvalParams()
 
 
-class ParamsError(ValueError):
+class ParamsError(InputError):
     """params.yaml is missing, unreadable or invalid; the message says where and why."""
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from grpo_core.errors import InputError
 
-class ModelResolutionError(ValueError):
+
+class ModelResolutionError(InputError):
     """A model name that is neither a local model directory nor a resolvable hub id."""
 
 
@@ -43,8 +45,14 @@ def resolve_model(name: str, revision: str | None = None) -> tuple[Path, dict]:
     return Path(local), {"kind": "hub", "name": name, "revision": revision, "commit": commit}
 
 
-def load_model(path: str | Path, dtype: torch.dtype = torch.float32):
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device=None):
+    """Model and tokenizer from an HF directory, on `device` (the GPU when there is one)."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model.to(device or default_device())
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

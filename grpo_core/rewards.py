@@ -7,13 +7,15 @@ from functools import lru_cache
 
 from math_verify import parse, verify
 
+from grpo_core.errors import InputError
+
 
 @lru_cache(maxsize=65536)
 def _parse_gold(answer: str) -> list:
     # Gold answers are stored bare ("85"); wrap them so the boxed extractor reads them whole.
     gold = parse(f"\\boxed{{{answer}}}")
     if not gold:
-        raise ValueError(f"gold answer {answer!r} cannot be parsed by math-verify")
+        raise InputError(f"gold answer {answer!r} cannot be parsed by math-verify")
     return gold
 
 
@@ -48,5 +50,5 @@ def score(domain: str, completion: str, answer: str) -> float:
     try:
         fn = REWARDS[domain]
     except KeyError:
-        raise ValueError(f"no reward for domain {domain!r}; known: {sorted(REWARDS)}") from None
+        raise InputError(f"no reward for domain {domain!r}; known: {sorted(REWARDS)}") from None
     return fn(completion, answer)

@@ -7,6 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from grpo_core.errors import InputError
+
 PROBLEM_SCHEMA = pa.schema(
     [
         ("id", pa.string()),  # unique within a split
@@ -33,9 +35,9 @@ def read_problems(path: str | Path) -> pa.Table:
     table = pq.read_table(path)
     missing = [f.name for f in PROBLEM_SCHEMA if f.name not in table.column_names]
     if missing:
-        raise ValueError(f"{path}: missing columns {missing}; expected {PROBLEM_SCHEMA.names}")
+        raise InputError(f"{path}: missing columns {missing}; expected {PROBLEM_SCHEMA.names}")
     table = table.select(PROBLEM_SCHEMA.names)
     try:
         return table.cast(PROBLEM_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise ValueError(f"{path}: columns do not match the problem schema: {exc}") from None
+        raise InputError(f"{path}: columns do not match the problem schema: {exc}") from None

@@ -8,6 +8,7 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from grpo_core.config import SFTParams
+from grpo_core.errors import InputError
 
 
 def sft_batch(tokenizer, prompts: list[str], targets: list[str]) -> dict[str, torch.Tensor]:
@@ -29,7 +30,7 @@ def sft_batch(tokenizer, prompts: list[str], targets: list[str]) -> dict[str, to
 def level_mixture(levels: np.ndarray, level_weights: list[float]) -> np.ndarray:
     """Per-row sampling probabilities so that level L gets weight level_weights[L-1] in total."""
     if levels.max() > len(level_weights):
-        raise ValueError(
+        raise InputError(
             f"model.sft.level_weights has {len(level_weights)} entries but the data has "
             f"level {levels.max()}"
         )
@@ -37,7 +38,7 @@ def level_mixture(levels: np.ndarray, level_weights: list[float]) -> np.ndarray:
     counts = np.bincount(levels)[levels]
     p = weights / counts
     if p.sum() <= 0:
-        raise ValueError("model.sft.level_weights gives every training level weight 0")
+        raise InputError("model.sft.level_weights gives every training level weight 0")
     return p / p.sum()
 
 

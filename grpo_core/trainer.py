@@ -4,12 +4,13 @@ policy-gradient steps. Trainer state lives here; the math lives in `advantages` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from grpo_core.advantages import get_advantage, group_reward_std
 from grpo_core.config import TrainParams
@@ -93,7 +94,8 @@ class GRPOTrainer:
             [
                 score(questions[i // g].domain, text, questions[i // g].answer)
                 for i, text in enumerate(ro.texts)
-            ]
+            ],
+            device=ro.input_ids.device,
         )
         return ro, rewards
 
@@ -238,13 +240,14 @@ def run(
     steps: int,
     seed: int,
     on_step: Callable[[int, dict[str, float], list[dict]], None] | None = None,
-    progress: Callable[[Iterator[int]], Iterator[int]] = iter,
 ) -> None:
-    """The RL loop: `steps` steps of `prompts_per_step` questions each."""
+    """The RL loop: `steps` steps of `prompts_per_step` questions each, with a progress bar."""
     sampler = QuestionSampler(len(questions), seed)
-    for step in progress(iter(range(steps))):
+    bar = tqdm(range(steps), desc="grpo", unit="step")
+    for step in bar:
         torch.manual_seed(seed * 100_003 + step)  # each step's sampling is reproducible alone
         batch = [questions[i] for i in sampler.next(trainer.cfg.prompts_per_step)]
         metrics, rows = trainer.step(batch)
+        bar.set_postfix(reward=f"{metrics['reward']:.3f}", entropy=f"{metrics['entropy']:.3f}")
         if on_step is not None:
             on_step(step, metrics, rows)

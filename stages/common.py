@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 import torch
 
-from grpo_core.config import Params, ParamsError, load_params
+from grpo_core.config import Params, load_params
+from grpo_core.errors import InputError
 
 log = logging.getLogger("grpo_lab")
 
@@ -20,6 +21,6 @@ def main(stage: Callable[[Params], None]) -> None:
         params = load_params("params.yaml")
         torch.manual_seed(params.seed)
         stage(params)
-    except (ParamsError, ValueError, FileNotFoundError) as exc:
+    except (InputError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -8,9 +8,9 @@ import copy
 import pyarrow as pa
 import pyarrow.compute as pc
 from dvclive import Live
-from tqdm.auto import tqdm
 
 from grpo_core.config import Params
+from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_parquet
 from grpo_core.models import load_model
 from grpo_core.schema import read_problems
@@ -27,7 +27,7 @@ def train(params: Params) -> None:
         for r in table.select(["id", "domain", "level", "prompt", "answer"]).to_pylist()
     ]
     if not questions:
-        raise ValueError(f"train.levels={cfg.levels}: no training problems at these levels")
+        raise InputError(f"train.levels={cfg.levels}: no training problems at these levels")
     log.info("%d training questions at levels %s", len(questions), cfg.levels)
 
     policy, tokenizer = load_model("models/base")
@@ -39,6 +39,8 @@ def train(params: Params) -> None:
     trainer = GRPOTrainer(policy, tokenizer, cfg, reference=reference)
 
     log_rows: list[dict] = []
+    # Step metrics go to metrics/train (declared as metrics and plots in dvc.yaml); dvclive
+    # must not write dvc.yaml or make experiments of its own inside a DVC stage.
     with Live(dir="metrics/train", save_dvc_exp=False, dvcyaml=None) as live:
 
         def on_step(step: int, metrics: dict[str, float], rows: list[dict]) -> None:
@@ -46,19 +48,8 @@ def train(params: Params) -> None:
                 live.log_metric(name, value)
             live.next_step()
             log_rows.extend({"step": step, **row} for row in rows)
-            bar.set_postfix(
-                reward=f"{metrics['reward']:.3f}", entropy=f"{metrics.get('entropy', 0):.3f}"
-            )
 
-        bar = tqdm(total=cfg.steps, desc="grpo", unit="step")
-
-        def progress(it):
-            for x in it:
-                yield x
-                bar.update()
-
-        run(trainer, questions, cfg.steps, params.seed, on_step=on_step, progress=progress)
-        bar.close()
+        run(trainer, questions, cfg.steps, params.seed, on_step=on_step)
 
     if cfg.lora.enabled:
         policy = policy.merge_and_unload()

@@ -1,0 +1,1 @@
+"""Benchmark scripts (measured, never asserted in tests)."""
