@@ -53,15 +53,47 @@ def paired_levels(samples_path: Path) -> dict[int, dict[str, float]]:
     return out
 
 
+def report(work: Path, timing: dict) -> None:
+    levels = paired_levels(work / "data/eval_samples.parquet")
+    print("\nlevel   base  policy   delta  (se)   questions")
+    for lv, r in levels.items():
+        print(
+            f"L{lv}   {100 * r['base']:6.1f} {100 * r['policy']:6.1f} {100 * r['delta']:+7.1f}"
+            f"  ({100 * r['se_delta']:.1f})  {r['questions']}"
+        )
+    band = [lv for lv, r in levels.items() if 0.1 <= r["base"] <= 0.9]
+    band_delta = float(np.mean([levels[lv]["delta"] for lv in band])) if band else float("nan")
+    overall = float(np.mean([r["delta"] for r in levels.values()]))
+    worst = min(r["delta"] for r in levels.values())
+    print(
+        f"\nlearnable band {band}: {100 * band_delta:+.1f} points; all levels: "
+        f"{100 * overall:+.1f}; worst level: {100 * worst:+.1f}"
+    )
+    result = {
+        **timing,
+        "levels": levels,
+        "band": band,
+        "band_delta": band_delta,
+        "overall_delta": overall,
+        "worst_level_delta": worst,
+    }
+    print(json.dumps(result))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--keep", type=Path, help="run in this directory and keep it")
+    ap.add_argument(
+        "--report", action="store_true", help="only report on the outputs in this workspace"
+    )
     args = ap.parse_args()
+    if args.report:
+        report(Path.cwd(), {})
+        return
     work = args.keep or Path(tempfile.mkdtemp(prefix="grpo-lab-bench-"))
     if work.exists():
         shutil.rmtree(work)
-    files = sh(ROOT, "git", "ls-files").split()
-    for name in files:
+    for name in sh(ROOT, "git", "ls-files").split():
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, work / name)
     sh(work, "git", "init", "-q")
@@ -79,35 +111,9 @@ def main() -> None:
     t0 = time.perf_counter()
     again = sh(work, "dvc", "repro")
     noop = round(time.perf_counter() - t0, 1)
-    print(f"total     {total:7.1f} s; second `dvc repro`: {noop} s ({'up to date' in again=})")
-
-    levels = paired_levels(work / "data/eval_samples.parquet")
-    print("\nlevel   base  policy   delta  (se)   questions")
-    for lv, r in levels.items():
-        print(
-            f"L{lv}   {100 * r['base']:6.1f} {100 * r['policy']:6.1f} {100 * r['delta']:+7.1f}"
-            f"  ({100 * r['se_delta']:.1f})  {r['questions']}"
-        )
-    band = [lv for lv, r in levels.items() if 0.1 <= r["base"] <= 0.9]
-    band_delta = float(np.mean([levels[lv]["delta"] for lv in band])) if band else float("nan")
-    overall = float(np.mean([r["delta"] for r in levels.values()]))
-    worst = min(r["delta"] for r in levels.values())
-    print(
-        f"\nlearnable band {band}: {100 * band_delta:+.1f} points; all levels: "
-        f"{100 * overall:+.1f}; worst level: {100 * worst:+.1f}"
-    )
-    result = {
-        "seconds": times,
-        "total_s": total,
-        "noop_s": noop,
-        "up_to_date": "up to date" in again,
-        "levels": levels,
-        "band": band,
-        "band_delta": band_delta,
-        "overall_delta": overall,
-        "worst_level_delta": worst,
-    }
-    print(json.dumps(result))
+    up_to_date = "up to date" in again
+    print(f"total     {total:7.1f} s; second `dvc repro`: {noop} s (up to date: {up_to_date})")
+    report(work, {"seconds": times, "total_s": total, "noop_s": noop, "up_to_date": up_to_date})
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -65,7 +65,7 @@ class SFTParams(Section):
     """Warm start of the tiny model on reference solutions (before any RL)."""
 
     steps: Annotated[int, Field(ge=0)] = Field(
-        300, description="Optimizer steps. Fewer leaves more of the ladder for RL to learn."
+        500, description="Optimizer steps. Fewer leaves more of the ladder for RL to learn."
     )
     batch_size: PositiveInt = 64
     lr: PositiveFloat = 3e-3
@@ -106,20 +106,20 @@ class TrainParams(Section):
     """`train` stage: the RL loop."""
 
     levels: list[Level] = Field(
-        default=[2, 3, 4],
+        default=[3, 4],
         min_length=1,
         description="Levels to train on: the learnable band (solved sometimes, not always).",
     )
-    steps: PositiveInt = Field(30, description="RL steps (one rollout batch each).")
-    prompts_per_step: PositiveInt = Field(32, description="Questions per rollout batch.")
+    steps: PositiveInt = Field(40, description="RL steps (one rollout batch each).")
+    prompts_per_step: PositiveInt = Field(64, description="Questions per rollout batch.")
     group_size: Annotated[int, Field(ge=2)] = Field(
         8, description="Completions per question (G); group statistics need at least 2."
     )
     temperature: PositiveFloat = Field(1.0, description="Sampling temperature of rollouts.")
     max_new_tokens: PositiveInt = 72
-    lr: PositiveFloat = 5e-5
+    lr: PositiveFloat = 7e-5
     warmup_steps: Annotated[int, Field(ge=0)] = Field(
-        0,
+        5,
         description="Linear learning-rate warmup, in optimizer steps; constant afterwards. "
         "Adam's first steps are sign-like, so a short warmup keeps them from jolting the policy.",
     )
