@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,19 +19,31 @@ def _run_stage(cwd: Path, stage: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("stage", ["prepare", "base", "train", "evaluate"])
+def _set_group_size(p):
+    p["train"]["group_size"] = -1
+
+
+def _set_lr(p):
+    p["train"]["lr"] = "fast"
+
+
+def _misspell_samples(p):
+    p["eval"]["sampels"] = p["eval"].pop("samples")
+
+
 @pytest.mark.parametrize(
-    "edit, message",
+    "stage, edit, message",
     [
-        (("  group_size: 8", "  group_size: -1"), "train.group_size"),
-        (("  lr: 5.0e-5", "  lr: fast"), "train.lr"),
-        (("  samples: 4", "  sampels: 4"), "eval.sampels: unknown key"),
+        ("prepare", _set_group_size, "train.group_size"),
+        ("base", _set_lr, "train.lr"),
+        ("train", _misspell_samples, "eval.sampels: unknown key"),
+        ("evaluate", _set_group_size, "train.group_size"),
     ],
 )
 def test_bad_params_fail_before_any_work(tmp_path, stage, edit, message):
-    text = (ROOT / "params.yaml").read_text()
-    assert edit[0] in text
-    (tmp_path / "params.yaml").write_text(text.replace(edit[0], edit[1], 1))
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    edit(params)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     done = _run_stage(tmp_path, stage)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
