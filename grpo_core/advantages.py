@@ -11,25 +11,11 @@ from collections.abc import Callable
 
 import torch
 
-AdvantageFn = Callable[..., torch.Tensor]
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+from grpo_core.registry import Registry
 
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return deco
-
-
-def get_advantage(name: str) -> AdvantageFn:
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}"
-        ) from None
+ADVANTAGE_ESTIMATORS: Registry[Callable[..., torch.Tensor]] = Registry("advantage estimator")
+register_advantage = ADVANTAGE_ESTIMATORS.register
+get_advantage = ADVANTAGE_ESTIMATORS.get
 
 
 def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:

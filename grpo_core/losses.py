@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grpo_core.registry import Registry
+
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     mask = mask.to(values.dtype)
@@ -55,16 +57,8 @@ class PolicyLossOutput:
     clipped_high: torch.Tensor  # (B, T) bool: ratio clipped above with a positive advantage
 
 
-PolicyLossFn = Callable[..., PolicyLossOutput]
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
-
-
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    def deco(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return deco
+POLICY_LOSSES: Registry[Callable[..., PolicyLossOutput]] = Registry("policy loss")
+register_policy_loss = POLICY_LOSSES.register
 
 
 @register_policy_loss("clipped")

@@ -70,7 +70,7 @@ class GRPOTrainer:
         self.cfg = cfg
         self.reference = reference
         self.advantage_fn = get_advantage("grpo")
-        self.policy_loss = POLICY_LOSSES["clipped"]
+        self.policy_loss = POLICY_LOSSES.get("clipped")
         params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warmup = cfg.warmup_steps

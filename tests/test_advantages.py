@@ -26,3 +26,10 @@ def test_registry_and_shape_errors():
         get_advantage("nope")
     with pytest.raises(ValueError, match="groups of 4"):
         grpo_advantage(torch.zeros(6), 4)
+
+
+def test_registry_refuses_a_second_registration_under_one_name():
+    from grpo_core.advantages import register_advantage
+
+    with pytest.raises(ValueError, match="'grpo' is registered twice"):
+        register_advantage("grpo")(lambda rewards, group_size: rewards)
