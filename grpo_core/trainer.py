@@ -128,7 +128,7 @@ class GRPOTrainer:
             # Nothing to learn from (every group uniform): no optimizer step, but the same
             # metric keys, so every curve has a point at every step.
             with torch.no_grad():
-                _, entropy = token_logprobs(
+                logp, entropy = token_logprobs(
                     self.policy,
                     ro.input_ids,
                     ro.attention_mask,
@@ -136,11 +136,12 @@ class GRPOTrainer:
                     cfg.temperature,
                     with_entropy=True,
                 )
+                ref_logp = self._reference_logprobs(ro.input_ids, ro.attention_mask, ro.prompt_len)
             metrics["entropy"] = float(masked_mean(entropy, ro.completion_mask))
+            if ref_logp is not None:
+                metrics["kl"] = float(masked_mean(kl_k3(logp, ref_logp), ro.completion_mask))
             for name in ("low_mean", "high_mean", "region_mean"):
                 metrics[f"clip_ratio/{name}"] = 0.0
-            if cfg.kl_coef > 0:
-                metrics["kl"] = float("nan")
             return metrics
 
         # Keep the trained rows only, and only as many completion columns as they use.

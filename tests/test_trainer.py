@@ -120,3 +120,16 @@ def test_question_sampler_covers_each_epoch():
     assert sorted(first) == sorted(second) == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="no training questions"):
         QuestionSampler(0, seed=0)
+
+
+def test_uniform_groups_take_no_step_but_report_every_metric(tokenizer, tiny_model, starts_with_7):
+    reference = type(tiny_model)(tiny_model.config)
+    reference.load_state_dict(tiny_model.state_dict())
+    before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    trainer = GRPOTrainer(tiny_model, tokenizer, _cfg(kl_coef=0.1), reference=reference)
+    torch.manual_seed(0)
+    ro, _ = trainer.rollout(starts_with_7)
+    metrics = trainer.update(ro, torch.zeros(len(ro.texts)))
+    assert metrics["frac_sequences_trained"] == 0.0 and metrics["kl"] == pytest.approx(0.0)
+    assert metrics["entropy"] > 0 and metrics["clip_ratio/region_mean"] == 0.0
+    assert all(torch.equal(before[k], v) for k, v in tiny_model.state_dict().items())
