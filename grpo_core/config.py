@@ -139,6 +139,22 @@ class TrainParams(Section):
     clip_high: Annotated[float, Field(ge=0)] = Field(
         0.2, description="Ratio clip above: 1 + clip_high (DAPO's clip-higher raises this)."
     )
+    dual_clip: Annotated[float, Field(gt=1)] | None = Field(
+        None, description="Dual clip c > 1: bound negative-advantage token losses by -c*A."
+    )
+    advantage: Literal["grpo", "dr_grpo", "batch_norm", "rloo"] = Field(
+        "grpo",
+        description="Advantage estimator: grpo (group mean and std), dr_grpo (group mean "
+        "only), batch_norm (group mean, batch std), rloo (leave-one-out mean).",
+    )
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
+        "token-mean",
+        description="How token losses become one number (see grpo_core.losses.agg_loss); "
+        "seq-mean-token-sum-norm divides by max_new_tokens (Dr. GRPO).",
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="Per-token KL estimator used when kl_coef > 0."
+    )
     kl_coef: Annotated[float, Field(ge=0)] = Field(
         0.0, description="Weight of the k3 KL to the reference model; 0 skips the reference."
     )

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from grpo_core.advantages import get_advantage, group_reward_std
 from grpo_core.config import TrainParams
-from grpo_core.losses import POLICY_LOSSES, agg_loss, kl_k3, masked_mean
+from grpo_core.losses import KL_ESTIMATORS, POLICY_LOSSES, agg_loss, masked_mean
 from grpo_core.rewards import score
 from grpo_core.rollout import Rollouts, generate, token_logprobs
 
@@ -69,7 +69,8 @@ class GRPOTrainer:
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.reference = reference
-        self.advantage_fn = get_advantage("grpo")
+        self.advantage_fn = get_advantage(cfg.advantage)
+        self.kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
         self.policy_loss = POLICY_LOSSES.get("clipped")
         params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -139,7 +140,7 @@ class GRPOTrainer:
                 ref_logp = self._reference_logprobs(ro.input_ids, ro.attention_mask, ro.prompt_len)
             metrics["entropy"] = float(masked_mean(entropy, ro.completion_mask))
             if ref_logp is not None:
-                metrics["kl"] = float(masked_mean(kl_k3(logp, ref_logp), ro.completion_mask))
+                metrics["kl"] = float(masked_mean(self.kl_fn(logp, ref_logp), ro.completion_mask))
             for name in ("low_mean", "high_mean", "region_mean"):
                 metrics[f"clip_ratio/{name}"] = 0.0
             return metrics
@@ -153,6 +154,7 @@ class GRPOTrainer:
         cmask = cmask[:, :width]
         adv = advantages[keep]
         num_tokens = float(cmask.sum())
+        num_seqs = float(len(adv))
         chunks = [
             slice(i, i + cfg.micro_batch_size) for i in range(0, len(adv), cfg.micro_batch_size)
         ]
@@ -172,13 +174,22 @@ class GRPOTrainer:
                     # gives the rollout policy's log-probs: no separate old-log-prob pass.
                     old_logps.append(logp.detach())
                     sums["entropy"] += float((entropy * m).sum())
-                out = self.policy_loss(logp, old_logps[j], adv[c], cfg.clip_low, cfg.clip_high)
+                out = self.policy_loss(
+                    logp, old_logps[j], adv[c], cfg.clip_low, cfg.clip_high, cfg.dual_clip
+                )
                 per_token = out.per_token
                 if ref_logps[j] is not None:
-                    kl = kl_k3(logp, ref_logps[j])
+                    kl = self.kl_fn(logp, ref_logps[j])
                     per_token = per_token + cfg.kl_coef * kl
                     sums["kl"] += float((kl.detach() * m).sum())
-                loss = agg_loss(per_token, m, "token-mean", num_tokens=num_tokens)
+                loss = agg_loss(
+                    per_token,
+                    m,
+                    cfg.loss_agg,
+                    num_tokens=num_tokens,
+                    num_seqs=num_seqs,
+                    max_tokens=cfg.max_new_tokens,
+                )
                 loss.backward()
                 sums["loss"] += loss.item()
                 sums["low"] += float((out.clipped_low & m.bool()).sum())

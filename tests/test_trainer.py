@@ -43,14 +43,19 @@ def test_grpo_raises_the_reward_it_is_given(tokenizer, tiny_model, starts_with_7
     assert sum(history[-3:]) / 3 > 0.6
 
 
+@pytest.mark.parametrize(
+    "loss_agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
 def test_step_metrics_use_trl_names_and_micro_batches_match_one_batch(
-    tokenizer, tiny_model, starts_with_7
+    tokenizer, tiny_model, starts_with_7, loss_agg
 ):
     states = []
     for micro in (64, 16):  # one pass vs four accumulated micro-batches: same update
         model = type(tiny_model)(tiny_model.config)
         model.load_state_dict(tiny_model.state_dict())
-        trainer = GRPOTrainer(model, tokenizer, _cfg(micro_batch_size=micro, filter_zero_std=False))
+        trainer = GRPOTrainer(
+            model, tokenizer, _cfg(micro_batch_size=micro, filter_zero_std=False, loss_agg=loss_agg)
+        )
         torch.manual_seed(0)
         ro, rw = trainer.rollout(starts_with_7)
         rw[:4] = 1.0  # ensure non-zero advantages
