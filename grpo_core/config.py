@@ -163,6 +163,20 @@ class TrainParams(Section):
         description="Leave groups whose rewards are all equal out of the loss. Their advantage "
         "is 0, so they only dilute the token-mean; DAPO's dynamic sampling without refill.",
     )
+    dynamic_sampling: bool = Field(
+        False,
+        description="DAPO dynamic sampling: drop groups whose rewards are all equal and draw "
+        "more questions until prompts_per_step informative groups are found, for at most "
+        "max_sampling_rounds rollout rounds per step.",
+    )
+    max_sampling_rounds: PositiveInt = Field(
+        3, description="Bound on rollout rounds per step with dynamic_sampling."
+    )
+    overlong_filter: bool = Field(
+        False,
+        description="DAPO overlong filtering: completions cut at max_new_tokens (no EOS) are "
+        "left out of the loss, so truncation is not punished as a wrong answer.",
+    )
     adv_epsilon: PositiveFloat = Field(1e-4, description="Added to the group std (GRPO).")
     lora: LoraParams = LoraParams()
 

@@ -30,6 +30,39 @@ class Rollouts:
     def lengths(self) -> torch.Tensor:
         return self.completion_mask.sum(dim=1)
 
+    def select(self, rows: torch.Tensor | list[int]) -> Rollouts:
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.input_ids.device)
+        return Rollouts(
+            input_ids=self.input_ids[rows],
+            attention_mask=self.attention_mask[rows],
+            completion_mask=self.completion_mask[rows],
+            prompt_len=self.prompt_len,
+            texts=[self.texts[i] for i in rows.tolist()],
+            truncated=self.truncated[rows],
+        )
+
+
+def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """Stack rollout batches whose prompt and completion widths differ: prompts are left-padded
+    and completions right-padded to the widest. Position ids follow the attention mask, so every
+    row's log-probs are unchanged."""
+    p_max = max(r.prompt_len for r in parts)
+    t_max = max(r.completion_mask.shape[1] for r in parts)
+    ids, attn, cmask = [], [], []
+    for r in parts:
+        left, right = p_max - r.prompt_len, t_max - r.completion_mask.shape[1]
+        ids.append(F.pad(r.input_ids, (left, right), value=pad_id))
+        attn.append(F.pad(r.attention_mask, (left, right), value=0))
+        cmask.append(F.pad(r.completion_mask, (0, right), value=0))
+    return Rollouts(
+        input_ids=torch.cat(ids),
+        attention_mask=torch.cat(attn),
+        completion_mask=torch.cat(cmask),
+        prompt_len=p_max,
+        texts=[t for r in parts for t in r.texts],
+        truncated=torch.cat([r.truncated for r in parts]),
+    )
+
 
 def completion_mask_from_ids(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     """1 up to and including the first EOS of each row; all ones where no EOS appears."""

@@ -16,7 +16,7 @@ from grpo_core.advantages import get_advantage, group_reward_std
 from grpo_core.config import TrainParams
 from grpo_core.losses import KL_ESTIMATORS, POLICY_LOSSES, agg_loss, masked_mean
 from grpo_core.rewards import score
-from grpo_core.rollout import Rollouts, generate, token_logprobs
+from grpo_core.rollout import Rollouts, concat_rollouts, generate, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,12 @@ class GRPOTrainer:
         advantages = self.advantage_fn(rewards, cfg.group_size, epsilon=cfg.adv_epsilon)
         std = group_reward_std(rewards, cfg.group_size)
         keep = torch.ones_like(rewards, dtype=torch.bool)
-        if cfg.filter_zero_std:
+        if cfg.filter_zero_std or cfg.dynamic_sampling:
             keep = (std > 0).repeat_interleave(cfg.group_size)
+        loss_mask = ro.completion_mask
+        if cfg.overlong_filter:
+            loss_mask = loss_mask * (~ro.truncated).unsqueeze(1)
+            keep = keep & (loss_mask.sum(dim=1) > 0)
         metrics = {
             "loss": 0.0,
             "grad_norm": 0.0,
@@ -146,7 +150,7 @@ class GRPOTrainer:
             return metrics
 
         # Keep the trained rows only, and only as many completion columns as they use.
-        cmask = ro.completion_mask[keep]
+        cmask = loss_mask[keep]
         width = int(cmask.sum(1).max())
         p = ro.prompt_len
         ids = ro.input_ids[keep][:, : p + width]
@@ -212,14 +216,45 @@ class GRPOTrainer:
         metrics["clip_ratio/region_mean"] = (sums["low"] + sums["high"]) / (num_tokens * n_upd)
         return metrics
 
-    def step(self, questions: list[Question]) -> tuple[dict[str, float], list[dict]]:
-        """One RL step. Returns TRL-named metrics and one log row per question."""
+    def step(
+        self, questions: list[Question], more: Callable[[int], list[Question]] | None = None
+    ) -> tuple[dict[str, float], list[dict]]:
+        """One RL step. Returns TRL-named metrics and one log row per question sampled.
+
+        With `dynamic_sampling`, `more(n)` supplies further questions when too few groups are
+        informative (reward std > 0); only informative groups, at most `prompts_per_step`,
+        are trained on. The reward metrics cover everything that was sampled.
+        """
+        cfg, g = self.cfg, self.cfg.group_size
         ro, rewards = self.rollout(questions)
-        metrics = rollout_metrics(ro, rewards, self.cfg.group_size)
-        metrics.update(self.update(ro, rewards))
-        g = self.cfg.group_size
+        rounds = 1
+        if cfg.dynamic_sampling:
+            parts = [(ro, rewards)]
+            while (
+                more is not None
+                and rounds < cfg.max_sampling_rounds
+                and int((group_reward_std(rewards, g) > 0).sum()) < cfg.prompts_per_step
+            ):
+                extra = more(cfg.prompts_per_step)
+                parts.append(self.rollout(extra))
+                questions = questions + extra
+                rounds += 1
+                rewards = torch.cat([r for _, r in parts])
+            ro = concat_rollouts([r for r, _ in parts], self.tokenizer.pad_token_id)
+        metrics = rollout_metrics(ro, rewards, g)
+        metrics["sampling_rounds"] = float(rounds)
+
+        train_ro, train_rewards = ro, rewards
+        if cfg.dynamic_sampling:
+            groups = torch.nonzero(group_reward_std(rewards, g) > 0).flatten()
+            groups = groups[: cfg.prompts_per_step]
+            if len(groups):
+                rows = (groups.unsqueeze(1) * g + torch.arange(g, device=groups.device)).flatten()
+                train_ro, train_rewards = ro.select(rows), rewards[rows]
+        metrics.update(self.update(train_ro, train_rewards))
+
         lengths = ro.lengths.float()
-        rows = [
+        rows_log = [
             {
                 "id": q.id,
                 "level": q.level,
@@ -229,7 +264,7 @@ class GRPOTrainer:
             }
             for i, q in enumerate(questions)
         ]
-        return metrics, rows
+        return metrics, rows_log
 
 
 def rollout_metrics(ro: Rollouts, rewards: torch.Tensor, group_size: int) -> dict[str, float]:
@@ -259,7 +294,7 @@ def run(
     for step in bar:
         torch.manual_seed(seed * 100_003 + step)  # each step's sampling is reproducible alone
         batch = [questions[i] for i in sampler.next(trainer.cfg.prompts_per_step)]
-        metrics, rows = trainer.step(batch)
+        metrics, rows = trainer.step(batch, more=lambda n: [questions[i] for i in sampler.next(n)])
         bar.set_postfix(reward=f"{metrics['reward']:.3f}", entropy=f"{metrics['entropy']:.3f}")
         if on_step is not None:
             on_step(step, metrics, rows)

@@ -70,3 +70,22 @@ def test_generate_groups_rows_by_prompt(tokenizer, tiny_model):
     assert ro.completion_mask.shape[1] <= 5
     has_eos = (ro.completion_ids == tokenizer.eos_token_id).any(dim=1)
     assert ro.truncated.tolist() == (~has_eos).tolist()
+
+
+def test_concatenated_rollouts_keep_every_rows_log_probs(tokenizer, tiny_model):
+    from grpo_core.rollout import concat_rollouts
+
+    torch.manual_seed(0)
+    a = generate(tiny_model, tokenizer, ["Q: 1+2=?\nA: "], 2, 1.0, max_new_tokens=3)
+    b = generate(tiny_model, tokenizer, ["Q: 123+456=?\nA: "], 2, 1.0, max_new_tokens=7)
+    both = concat_rollouts([a, b], tokenizer.pad_token_id)
+    assert both.prompt_len == b.prompt_len and both.texts == a.texts + b.texts
+    logp_both, _ = token_logprobs(tiny_model, both.input_ids, both.attention_mask, both.prompt_len)
+    for part, rows in ((a, slice(0, 2)), (b, slice(2, 4))):
+        logp, _ = token_logprobs(tiny_model, part.input_ids, part.attention_mask, part.prompt_len)
+        width = part.completion_mask.shape[1]
+        got = logp_both[rows, :width] * part.completion_mask
+        torch.testing.assert_close(got, logp * part.completion_mask, atol=1e-5, rtol=0)
+        assert both.completion_mask[rows, width:].sum() == 0
+    sub = both.select([3, 0])
+    assert sub.texts == [both.texts[3], both.texts[0]]

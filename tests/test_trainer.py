@@ -138,3 +138,47 @@ def test_uniform_groups_take_no_step_but_report_every_metric(tokenizer, tiny_mod
     assert metrics["frac_sequences_trained"] == 0.0 and metrics["kl"] == pytest.approx(0.0)
     assert metrics["entropy"] > 0 and metrics["clip_ratio/region_mean"] == 0.0
     assert all(torch.equal(before[k], v) for k, v in tiny_model.state_dict().items())
+
+
+def test_dynamic_sampling_draws_more_until_groups_are_informative(
+    tokenizer, tiny_model, monkeypatch
+):
+    """'always' questions score 1 whatever is sampled, so their groups carry no signal;
+    'digit' questions (reward: the completion starts with a digit, about 1 in 3 for a random
+    model) give mixed groups. Dynamic sampling must draw further questions and train only on
+    the mixed groups."""
+    monkeypatch.setitem(rewards.REWARDS, "always", lambda completion, answer: 1.0)
+    monkeypatch.setitem(rewards.REWARDS, "digit", lambda c, answer: float(c[:1].isdigit()))
+    uniform = [Question(f"u{i}", "always", 1, f"Q: {i}+2=?\nA: ", "7") for i in range(4)]
+    mixed = [Question(f"m{i}", "digit", 1, f"Q: {i}+3=?\nA: ", "7") for i in range(4)]
+    cfg = _cfg(prompts_per_step=4, dynamic_sampling=True, max_sampling_rounds=3)
+    trainer = GRPOTrainer(tiny_model, tokenizer, cfg)
+    trained = []
+    original = trainer.update
+    monkeypatch.setattr(trainer, "update", lambda ro, rw: trained.append(rw) or original(ro, rw))
+    torch.manual_seed(0)
+    metrics, rows = trainer.step(uniform, more=lambda n: mixed[:n])
+    assert metrics["sampling_rounds"] == 2.0
+    assert [r["id"] for r in rows] == [q.id for q in uniform + mixed]
+    assert metrics["reward"] > 0.5  # the reward metrics cover all sampled groups
+    std = trained[0].view(-1, cfg.group_size).std(dim=1)
+    assert 0 < len(std) <= cfg.prompts_per_step and (std > 0).all()
+
+
+def test_overlong_filter_leaves_truncated_completions_out_of_the_loss(
+    tokenizer, tiny_model, starts_with_7
+):
+    torch.manual_seed(0)
+    ro, rw = GRPOTrainer(tiny_model, tokenizer, _cfg()).rollout(starts_with_7)
+    ro.truncated = torch.ones_like(ro.truncated)  # as if every completion hit max_new_tokens
+    rw[:4] = 1.0
+    for overlong_filter, trained in ((True, False), (False, True)):
+        model = type(tiny_model)(tiny_model.config)
+        model.load_state_dict(tiny_model.state_dict())
+        cfg = _cfg(overlong_filter=overlong_filter, filter_zero_std=False)
+        metrics = GRPOTrainer(model, tokenizer, cfg).update(ro, rw)
+        changed = any(
+            not torch.equal(v, model.state_dict()[k]) for k, v in tiny_model.state_dict().items()
+        )
+        assert changed == trained
+        assert metrics["frac_sequences_trained"] == (1.0 if trained else 0.0)
