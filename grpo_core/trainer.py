@@ -165,7 +165,10 @@ class GRPOTrainer:
         ref_logps = [self._reference_logprobs(ids[c], attn[c], p) for c in chunks]
         old_logps: list[torch.Tensor] = []
 
-        sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "low": 0.0, "high": 0.0}
+        # Running sums stay tensors on the device: no host sync inside the loop.
+        sums = dict.fromkeys(
+            ("loss", "kl", "entropy", "low", "high"), torch.zeros((), device=ids.device)
+        )
         self.policy.train()
         for update in range(cfg.updates_per_batch):
             for j, c in enumerate(chunks):
@@ -177,7 +180,7 @@ class GRPOTrainer:
                     # The weights have not moved since sampling, so this forward pass already
                     # gives the rollout policy's log-probs: no separate old-log-prob pass.
                     old_logps.append(logp.detach())
-                    sums["entropy"] += float((entropy * m).sum())
+                    sums["entropy"] = sums["entropy"] + (entropy * m).sum()
                 out = self.policy_loss(
                     logp, old_logps[j], adv[c], cfg.clip_low, cfg.clip_high, cfg.dual_clip
                 )
@@ -185,7 +188,7 @@ class GRPOTrainer:
                 if ref_logps[j] is not None:
                     kl = self.kl_fn(logp, ref_logps[j])
                     per_token = per_token + cfg.kl_coef * kl
-                    sums["kl"] += float((kl.detach() * m).sum())
+                    sums["kl"] = sums["kl"] + (kl.detach() * m).sum()
                 loss = agg_loss(
                     per_token,
                     m,
@@ -195,9 +198,9 @@ class GRPOTrainer:
                     max_tokens=cfg.max_new_tokens,
                 )
                 loss.backward()
-                sums["loss"] += loss.item()
-                sums["low"] += float((out.clipped_low & m.bool()).sum())
-                sums["high"] += float((out.clipped_high & m.bool()).sum())
+                sums["loss"] = sums["loss"] + loss.detach()
+                sums["low"] = sums["low"] + (out.clipped_low & m.bool()).sum()
+                sums["high"] = sums["high"] + (out.clipped_high & m.bool()).sum()
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 [q for q in self.policy.parameters() if q.requires_grad], cfg.max_grad_norm
             )
@@ -207,6 +210,7 @@ class GRPOTrainer:
             metrics["grad_norm"] += float(grad_norm) / cfg.updates_per_batch
 
         n_upd = cfg.updates_per_batch
+        sums = {k: float(v) for k, v in sums.items()}
         metrics["loss"] = sums["loss"] / n_upd
         metrics["entropy"] = sums["entropy"] / num_tokens
         if cfg.kl_coef > 0:
@@ -253,14 +257,16 @@ class GRPOTrainer:
                 train_ro, train_rewards = ro.select(rows), rewards[rows]
         metrics.update(self.update(train_ro, train_rewards))
 
-        lengths = ro.lengths.float()
+        grouped = rewards.view(-1, g)
+        mean, std = grouped.mean(dim=1).tolist(), grouped.std(dim=1).tolist()
+        length = ro.lengths.float().view(-1, g).mean(dim=1).tolist()
         rows_log = [
             {
                 "id": q.id,
                 "level": q.level,
-                "reward_mean": float(rewards[i * g : (i + 1) * g].mean()),
-                "reward_std": float(rewards[i * g : (i + 1) * g].std()),
-                "mean_length": float(lengths[i * g : (i + 1) * g].mean()),
+                "reward_mean": mean[i],
+                "reward_std": std[i],
+                "mean_length": length[i],
             }
             for i, q in enumerate(questions)
         ]
