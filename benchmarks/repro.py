@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ["prepare", "base", "train", "evaluate"]
+STAGES = ["prepare", "base", "profile", "guide", "train", "evaluate"]
 
 
 def sh(cwd: Path, *cmd: str) -> str:
@@ -35,6 +35,21 @@ def sh(cwd: Path, *cmd: str) -> str:
     if done.returncode:
         sys.exit(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
     return done.stdout + done.stderr
+
+
+def scratch_copy(keep: Path | None = None) -> Path:
+    """A fresh git repository holding the committed files of this one (in `keep`, or a
+    temporary directory)."""
+    work = keep or Path(tempfile.mkdtemp(prefix="grpo-lab-bench-"))
+    if work.exists():
+        shutil.rmtree(work)
+    for name in sh(ROOT, "git", "ls-files").split():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, work / name)
+    sh(work, "git", "init", "-q")
+    sh(work, "git", "add", "-A")
+    sh(work, "git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "bench")
+    return work
 
 
 def paired_levels(samples_path: Path) -> dict[int, dict[str, float]]:
@@ -90,15 +105,7 @@ def main() -> None:
     if args.report:
         report(Path.cwd(), {})
         return
-    work = args.keep or Path(tempfile.mkdtemp(prefix="grpo-lab-bench-"))
-    if work.exists():
-        shutil.rmtree(work)
-    for name in sh(ROOT, "git", "ls-files").split():
-        (work / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, work / name)
-    sh(work, "git", "init", "-q")
-    sh(work, "git", "add", "-A")
-    sh(work, "git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "bench")
+    work = scratch_copy(args.keep)
 
     times = {}
     start = time.perf_counter()

@@ -13,10 +13,12 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from grpo_core.algos import ALGOS, apply_preset
 from grpo_core.errors import InputError
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
 Level = Annotated[int, Field(ge=1, le=5)]
 
 
@@ -103,6 +105,72 @@ class LoraParams(Section):
     )
 
 
+class CodapoParams(Section):
+    """CoDaPO: a per-question value from rollout confidence and empirical difficulty scales
+    the question's advantages, and high-value, learnable questions are resampled."""
+
+    enabled: bool = Field(False, description="Set by `algo: codapo`; null in params.yaml.")
+    value: Literal["confidence_difficulty", "difficulty", "confidence"] = Field(
+        "confidence_difficulty",
+        description="Value function (grpo_core.codapo.VALUE_FUNCTIONS): confidence_difficulty "
+        "= c * 4d(1-d) + offset (CoDaPO); difficulty = 4d(1-d) + offset; confidence = "
+        "c + offset. c = exp(mean token log-prob of the group), d = 1 - group accuracy.",
+    )
+    offset: Annotated[float, Field(ge=0)] = Field(
+        0.1, description="Added to every value, so no question's advantages vanish entirely."
+    )
+    reweight: bool = Field(True, description="Multiply each question's advantages by its value.")
+    resample: bool = Field(
+        True, description="Repeat high-value, learnable questions in the next mini-batch."
+    )
+    quantile: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.75, description="Questions whose value is at or above this quantile of the batch's "
+        "values (and that are learnable: 0 < accuracy < 1) are resampled."
+    )
+    copies: PositiveInt = Field(
+        4, description="Groups (fresh rollouts each) per resampled question in the next batch."
+    )
+    alternate: bool = Field(
+        True,
+        description="A batch made of resampled questions does not itself trigger resampling, "
+        "so resampled and fresh batches alternate and the run keeps seeing new questions.",
+    )
+
+
+class OffContextParams(Section):
+    """Off-Context GRPO: guided re-rolls for groups whose rollouts all fail."""
+
+    mode: Literal["off", "adaptive", "fixed"] = Field(
+        "off",
+        description="Set by `algo: oc_grpo` (fixed); null in params.yaml. adaptive: re-roll a "
+        "failed group with reference-solution prefixes of increasing `fractions` until one "
+        "rollout is correct; fixed: re-roll once with the fraction data/guides.parquet found.",
+    )
+    fractions: list[Fraction] = Field(
+        default=[0.2, 0.4, 0.6, 0.8, 1.0],
+        min_length=1,
+        description="Guidance fractions tried in order by the adaptive mode.",
+    )
+    correction: Literal["importance", "none"] = Field(
+        "importance",
+        description="importance: weight each token's advantage by the clipped ratio of the "
+        "unguided to the guided rollout policy (OC-GRPO); none: the uncorrected guided baseline.",
+    )
+    gamma: Annotated[float, Field(ge=0)] = Field(
+        1.0, description="Exponent on the log-ratio in the importance weight."
+    )
+    c_min: Annotated[float, Field(ge=0)] = Field(0.01, description="Lower clip of the weight.")
+    c_max: PositiveFloat = Field(1.0, description="Upper clip of the weight.")
+
+    @model_validator(mode="after")
+    def _clip_order(self) -> OffContextParams:
+        if self.c_min > self.c_max:
+            raise ValueError(f"c_min ({self.c_min}) must not exceed c_max ({self.c_max})")
+        if self.fractions != sorted(set(self.fractions)):
+            raise ValueError(f"fractions {self.fractions} must be increasing and distinct")
+        return self
+
+
 class TrainParams(Section):
     """`train` stage: the RL loop."""
 
@@ -110,6 +178,12 @@ class TrainParams(Section):
         default=[3, 4],
         min_length=1,
         description="Levels to train on: the learnable band (solved sometimes, not always).",
+    )
+    curriculum: Literal["all", "learnable", "easy", "hard", "unsolved"] = Field(
+        "all",
+        description="Which of those questions to train on, by the base model's pass rate p in "
+        "data/profile.parquet: all; learnable (0 < p < 1); easy (0.5 <= p < 1); hard "
+        "(0 < p < 0.5); unsolved (p = 0). Anything but `all` uses profiled questions only.",
     )
     steps: PositiveInt = Field(40, description="RL steps (one rollout batch each).")
     prompts_per_step: PositiveInt = Field(64, description="Questions per rollout batch.")
@@ -179,16 +253,54 @@ class TrainParams(Section):
         "left out of the loss, so truncation is not punished as a wrong answer.",
     )
     adv_epsilon: PositiveFloat = Field(1e-4, description="Added to the group std (GRPO).")
+    codapo: CodapoParams = CodapoParams()
+    oc_grpo: OffContextParams = OffContextParams()
     lora: LoraParams = LoraParams()
 
 
-class EvalParams(Section):
+class SamplingParams(Section):
+    """How a stage samples completions from a fixed model."""
+
+    samples: PositiveInt = Field(8, description="Completions per question.")
+    temperature: PositiveFloat = Field(1.0, description="Sampling temperature.")
+    max_new_tokens: PositiveInt = 72
+    batch_size: PositiveInt = Field(512, description="Sequences per generate call.")
+
+
+class ProfileParams(SamplingParams):
+    """`profile` stage: the base model's pass rate and confidence on the training questions
+    (of `train.levels`)."""
+
+    max_per_level: PositiveInt = Field(
+        500,
+        description="Questions profiled per level (the first ones of the train split). "
+        "A curriculum other than `all` trains on profiled questions only.",
+    )
+
+
+class GuideParams(SamplingParams):
+    """`guide` stage: for profiled questions the base never solved, the smallest prefix of
+    the reference solution that unlocks them (OC-GRPO's fixed guidance)."""
+
+    fractions: list[Fraction] = Field(
+        default=[0.2, 0.4, 0.6, 0.8, 1.0],
+        min_length=1,
+        description="Prefix fractions tried in order; a question keeps the first one with at "
+        "least one correct completion among `samples`.",
+    )
+
+    @model_validator(mode="after")
+    def _increasing(self) -> GuideParams:
+        if self.fractions != sorted(set(self.fractions)):
+            raise ValueError(f"fractions {self.fractions} must be increasing and distinct")
+        return self
+
+
+class EvalParams(SamplingParams):
     """`evaluate` stage: how base and policy are scored on the held-out split."""
 
     samples: PositiveInt = Field(4, description="k samples per question (avg@k, pass@k).")
     temperature: PositiveFloat = Field(1.0, description="Sampling temperature, as papers report.")
-    max_new_tokens: PositiveInt = 72
-    batch_size: PositiveInt = Field(512, description="Sequences per generate call.")
     pass_at: list[PositiveInt] = Field(default=[4], description="k values reported as pass@k.")
 
     @model_validator(mode="after")
@@ -203,11 +315,23 @@ class Params(Section):
     """The whole `params.yaml`."""
 
     seed: Annotated[int, Field(ge=0)] = 0
-    algo: Literal["grpo"] = Field("grpo", description="Algorithm preset.")
+    algo: Literal[ALGOS] = Field(  # type: ignore[valid-type]
+        "grpo", description="Algorithm preset (grpo_core.algos): fills the null train knobs."
+    )
     data: DataParams = DataParams()
     model: ModelParams = ModelParams()
+    profile: ProfileParams = ProfileParams()
+    guide: GuideParams = GuideParams()
     train: TrainParams = TrainParams()
     eval: EvalParams = EvalParams()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_algo_preset(cls, raw: object) -> object:
+        if isinstance(raw, dict) and isinstance(raw.get("train", {}), dict):
+            train = apply_preset(raw.get("algo", "grpo"), raw.get("train") or {})
+            return {**raw, "train": train}
+        return raw
 
 
 class ParamsError(InputError):

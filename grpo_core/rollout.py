@@ -3,6 +3,9 @@
 Sequences are laid out as [left-padded prompt | completion right-padded], the layout
 `generate` returns. Position ids are derived from the attention mask both when sampling and
 when scoring, so the trainer's log-probs equal the sampler's.
+
+Guided rollouts (Off-Context GRPO) have the same layout: the completion starts with the guide
+prefix, which the sampler was given rather than sampled, and `guide_mask` marks those tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ class Rollouts:
     prompt_len: int  # P
     texts: list[str]  # decoded completions, special tokens removed
     truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
+    guide_mask: torch.Tensor | None = None  # (B, T) 1 on guide-prefix tokens; None: zeros
+
+    def __post_init__(self) -> None:
+        if self.guide_mask is None:
+            self.guide_mask = torch.zeros_like(self.completion_mask)
 
     @property
     def completion_ids(self) -> torch.Tensor:
@@ -39,6 +47,7 @@ class Rollouts:
             prompt_len=self.prompt_len,
             texts=[self.texts[i] for i in rows.tolist()],
             truncated=self.truncated[rows],
+            guide_mask=self.guide_mask[rows],
         )
 
 
@@ -48,12 +57,13 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
     row's log-probs are unchanged."""
     p_max = max(r.prompt_len for r in parts)
     t_max = max(r.completion_mask.shape[1] for r in parts)
-    ids, attn, cmask = [], [], []
+    ids, attn, cmask, gmask = [], [], [], []
     for r in parts:
         left, right = p_max - r.prompt_len, t_max - r.completion_mask.shape[1]
         ids.append(F.pad(r.input_ids, (left, right), value=pad_id))
         attn.append(F.pad(r.attention_mask, (left, right), value=0))
         cmask.append(F.pad(r.completion_mask, (0, right), value=0))
+        gmask.append(F.pad(r.guide_mask, (0, right), value=0))
     return Rollouts(
         input_ids=torch.cat(ids),
         attention_mask=torch.cat(attn),
@@ -61,6 +71,7 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         prompt_len=p_max,
         texts=[t for r in parts for t in r.texts],
         truncated=torch.cat([r.truncated for r in parts]),
+        guide_mask=torch.cat(gmask),
     )
 
 
@@ -79,8 +90,18 @@ def generate(
     num_samples: int,
     temperature: float,
     max_new_tokens: int,
+    prefixes: list[str] | None = None,
 ) -> Rollouts:
-    """Sample `num_samples` completions per prompt; rows are grouped prompt by prompt."""
+    """Sample `num_samples` completions per prompt; rows are grouped prompt by prompt.
+
+    With `prefixes` (one per prompt, "" for none), each completion starts with its prompt's
+    prefix, given to the sampler, and the completion (prefix included) still has at most
+    `max_new_tokens` tokens.
+    """
+    if prefixes is not None and any(prefixes):
+        return _generate_guided(
+            model, tokenizer, prompts, prefixes, num_samples, temperature, max_new_tokens
+        )
     repeated = [p for p in prompts for _ in range(num_samples)]
     enc = tokenizer(repeated, return_tensors="pt", padding=True, add_special_tokens=False)
     enc = {k: v.to(model.device) for k, v in enc.items()}
@@ -105,6 +126,71 @@ def generate(
         prompt_len=prompt_len,
         texts=tokenizer.batch_decode(completion, skip_special_tokens=True),
         truncated=truncated,
+    )
+
+
+def _generate_guided(
+    model, tokenizer, prompts, prefixes, num_samples, temperature, max_new_tokens
+) -> Rollouts:
+    if len(prefixes) != len(prompts):
+        raise ValueError(f"{len(prefixes)} prefixes for {len(prompts)} prompts")
+    n = num_samples
+    p_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    g_ids = tokenizer(prefixes, add_special_tokens=False)["input_ids"]
+    g_ids = [g[:max_new_tokens] for g in g_ids]
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    contexts = [p + g for p, g in zip(p_ids, g_ids, strict=True) for _ in range(n)]
+    width = max(len(c) for c in contexts)
+    ctx = torch.full((len(contexts), width), pad, dtype=torch.long)
+    ctx_attn = torch.zeros_like(ctx)
+    for i, c in enumerate(contexts):
+        ctx[i, width - len(c) :] = torch.tensor(c)
+        ctx_attn[i, width - len(c) :] = 1
+    budget = max(1, max_new_tokens - min(len(g) for g in g_ids))
+    out = model.generate(
+        input_ids=ctx.to(model.device),
+        attention_mask=ctx_attn.to(model.device),
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=budget,
+        pad_token_id=pad,
+        eos_token_id=eos,
+    )[:, width:].tolist()
+
+    # Re-lay every row as [left-padded prompt | guide prefix + continuation, right-padded].
+    rows, guide_lens, truncated = [], [], []
+    for i, cont in enumerate(out):
+        g = g_ids[i // n]
+        cont = cont[: max_new_tokens - len(g)]
+        if eos in cont:
+            cont = cont[: cont.index(eos) + 1]
+        rows.append(g + cont)
+        guide_lens.append(len(g))
+        truncated.append(not cont or cont[-1] != eos)
+    p_len = max(len(p) for p in p_ids)
+    t_len = max(len(r) for r in rows)
+    ids = torch.full((len(rows), p_len + t_len), pad, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    cmask = torch.zeros((len(rows), t_len), dtype=torch.long)
+    gmask = torch.zeros_like(cmask)
+    for i, r in enumerate(rows):
+        p = p_ids[i // n]
+        ids[i, p_len - len(p) : p_len] = torch.tensor(p)
+        ids[i, p_len : p_len + len(r)] = torch.tensor(r)
+        attn[i, p_len - len(p) : p_len + len(r)] = 1
+        cmask[i, : len(r)] = 1
+        gmask[i, : guide_lens[i]] = 1
+    device = model.device
+    return Rollouts(
+        input_ids=ids.to(device),
+        attention_mask=attn.to(device),
+        completion_mask=cmask.to(device),
+        prompt_len=p_len,
+        texts=tokenizer.batch_decode(ids[:, p_len:], skip_special_tokens=True),
+        truncated=torch.tensor(truncated, device=device),
+        guide_mask=gmask.to(device),
     )
 
 
@@ -138,3 +224,26 @@ def token_logprobs(
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
+
+
+@torch.no_grad()
+def score_rollouts(
+    model, ro: Rollouts, temperature: float, micro_batch_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token log-probs and entropies (B, T) of every rollout under `model`, in micro-batches
+    and without gradients: the rollout policy's log-probs (pi_old) that the loss, CoDaPO's
+    confidence and OC-GRPO's weights all read."""
+    logps, entropies = [], []
+    for start in range(0, ro.input_ids.shape[0], micro_batch_size):
+        rows = slice(start, start + micro_batch_size)
+        logp, entropy = token_logprobs(
+            model,
+            ro.input_ids[rows],
+            ro.attention_mask[rows],
+            ro.prompt_len,
+            temperature,
+            with_entropy=True,
+        )
+        logps.append(logp)
+        entropies.append(entropy)
+    return torch.cat(logps), torch.cat(entropies)

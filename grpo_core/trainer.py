@@ -13,10 +13,24 @@ import torch
 from tqdm.auto import tqdm
 
 from grpo_core.advantages import get_advantage, group_reward_std
+from grpo_core.codapo import (
+    VALUE_FUNCTIONS,
+    question_confidence,
+    question_difficulty,
+    resampled_batch,
+    select_for_resampling,
+)
 from grpo_core.config import TrainParams
 from grpo_core.losses import KL_ESTIMATORS, POLICY_LOSSES, agg_loss, masked_mean
+from grpo_core.offcontext import guide_prefix, importance_weights
 from grpo_core.rewards import score
-from grpo_core.rollout import Rollouts, concat_rollouts, generate, token_logprobs
+from grpo_core.rollout import (
+    Rollouts,
+    concat_rollouts,
+    generate,
+    score_rollouts,
+    token_logprobs,
+)
 
 
 @dataclass(frozen=True)
@@ -26,6 +40,18 @@ class Question:
     level: int
     prompt: str
     answer: str
+    solution: str = ""  # reference solution: OC-GRPO's guide prefixes come from it
+    guide_fraction: float | None = None  # OC-GRPO fixed mode: from data/guides.parquet
+
+
+@dataclass
+class Sampled:
+    """One step's rollouts: G rows per question, group by group."""
+
+    ro: Rollouts
+    rewards: torch.Tensor  # (B,)
+    fractions: list[float | None]  # per group: the guide fraction, None if unguided
+    num_rollouts: int  # completions generated, guided re-rolls included
 
 
 class QuestionSampler:
@@ -72,16 +98,26 @@ class GRPOTrainer:
         self.advantage_fn = get_advantage(cfg.advantage)
         self.kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
         self.policy_loss = POLICY_LOSSES.get("clipped")
+        self.value_fn = VALUE_FUNCTIONS.get(cfg.codapo.value)
         params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warmup = cfg.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda n: min(1.0, (n + 1) / warmup) if warmup else 1.0
         )
+        # CoDaPO: questions chosen after the last update, to open the next mini-batch.
+        self.resample_queue: list[Question] = []
+        self.num_resampled = 0  # how many of the current batch's questions were resampled
+
+    # ---- batches ----------------------------------------------------------------------
+    def next_batch(self, draw: Callable[[int], list[Question]]) -> list[Question]:
+        """The next mini-batch: CoDaPO's resampled questions first, then fresh draws."""
+        queue, self.resample_queue = self.resample_queue, []
+        self.num_resampled = len(queue)
+        return queue + draw(self.cfg.prompts_per_step - len(queue))
 
     # ---- rollouts ---------------------------------------------------------------------
-    def rollout(self, questions: list[Question]) -> tuple[Rollouts, torch.Tensor]:
-        self.policy.eval()
+    def _sample(self, questions: list[Question], prefixes: list[str] | None = None) -> Sampled:
         ro = generate(
             self.policy,
             self.tokenizer,
@@ -89,6 +125,7 @@ class GRPOTrainer:
             num_samples=self.cfg.group_size,
             temperature=self.cfg.temperature,
             max_new_tokens=self.cfg.max_new_tokens,
+            prefixes=prefixes,
         )
         g = self.cfg.group_size
         rewards = torch.tensor(
@@ -98,7 +135,50 @@ class GRPOTrainer:
             ],
             device=ro.input_ids.device,
         )
-        return ro, rewards
+        return Sampled(ro, rewards, [None] * len(questions), len(ro.texts))
+
+    def rollout(self, questions: list[Question]) -> Sampled:
+        """G completions per question; with OC-GRPO, groups that all fail are re-rolled from
+        guided prompts and replaced by the guided groups."""
+        self.policy.eval()
+        sampled = self._sample(questions)
+        if self.cfg.oc_grpo.mode != "off":
+            sampled = self._guide_failed(questions, sampled)
+        return sampled
+
+    def _guide_failed(self, questions: list[Question], sampled: Sampled) -> Sampled:
+        cfg, g = self.cfg.oc_grpo, self.cfg.group_size
+        solved = (sampled.rewards >= 1).view(-1, g).any(dim=1).tolist()
+        pending = [i for i, ok in enumerate(solved) if not ok and questions[i].solution]
+        parts, chosen = [sampled], {}  # group -> (part, group within part, fraction)
+        # fixed: one round at each question's own fraction (from data/guides.parquet);
+        # adaptive: the fractions in turn, for the groups that are still unsolved.
+        for fraction in [None] if cfg.mode == "fixed" else cfg.fractions:
+            todo = [(i, fraction or questions[i].guide_fraction) for i in pending]
+            todo = [(i, f) for i, f in todo if f is not None]
+            if not todo:
+                break
+            prefixes = [guide_prefix(questions[i].solution, f) for i, f in todo]
+            part = self._sample([questions[i] for i, _ in todo], prefixes)
+            parts.append(part)
+            part_solved = (part.rewards >= 1).view(-1, g).any(dim=1).tolist()
+            for j, (i, f) in enumerate(todo):
+                if cfg.mode == "fixed" or part_solved[j]:
+                    chosen[i] = (len(parts) - 1, j, f)
+            pending = [i for i in pending if i not in chosen]
+        if len(parts) == 1:
+            return sampled
+        offsets = [0]
+        for part in parts[:-1]:
+            offsets.append(offsets[-1] + len(part.rewards))
+        rows, fractions_out = [], []
+        for i in range(len(questions)):
+            k, j, f = chosen.get(i, (0, i, None))
+            rows.extend(range(offsets[k] + j * g, offsets[k] + (j + 1) * g))
+            fractions_out.append(f)
+        ro = concat_rollouts([p.ro for p in parts], self.tokenizer.pad_token_id).select(rows)
+        rewards = torch.cat([p.rewards for p in parts])[rows]
+        return Sampled(ro, rewards, fractions_out, sum(p.num_rollouts for p in parts))
 
     # ---- the update -------------------------------------------------------------------
     def _reference_logprobs(self, ids, attn, prompt_len) -> torch.Tensor | None:
@@ -112,10 +192,33 @@ class GRPOTrainer:
             logp, _ = token_logprobs(model, ids, attn, prompt_len, self.cfg.temperature)
         return logp
 
-    def update(self, ro: Rollouts, rewards: torch.Tensor) -> dict[str, float]:
-        """`updates_per_batch` optimizer steps on one rollout batch; returns step metrics."""
+    def score(self, ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rollout policy's token log-probs and entropies (pi_old: weights unchanged
+        since sampling)."""
+        self.policy.eval()
+        return score_rollouts(self.policy, ro, self.cfg.temperature, self.cfg.micro_batch_size)
+
+    def update(
+        self,
+        ro: Rollouts,
+        rewards: torch.Tensor,
+        old_logp: torch.Tensor | None = None,
+        entropy: torch.Tensor | None = None,
+        adv_weights: torch.Tensor | None = None,
+        token_weights: torch.Tensor | None = None,
+    ) -> dict[str, float]:
+        """`updates_per_batch` optimizer steps on one rollout batch; returns step metrics.
+
+        `old_logp` / `entropy` (B, T) are the rollout policy's, computed here when not given.
+        `adv_weights` (B,) scale each sequence's advantage (CoDaPO's value), `token_weights`
+        (B, T) each token's (OC-GRPO's importance weight).
+        """
         cfg = self.cfg
+        if old_logp is None or entropy is None:
+            old_logp, entropy = self.score(ro)
         advantages = self.advantage_fn(rewards, cfg.group_size, epsilon=cfg.adv_epsilon)
+        if adv_weights is not None:
+            advantages = advantages * adv_weights
         std = group_reward_std(rewards, cfg.group_size)
         keep = torch.ones_like(rewards, dtype=torch.bool)
         if cfg.filter_zero_std or cfg.dynamic_sampling:
@@ -127,24 +230,16 @@ class GRPOTrainer:
         metrics = {
             "loss": 0.0,
             "grad_norm": 0.0,
+            "entropy": float(masked_mean(entropy, ro.completion_mask)),
             "frac_sequences_trained": keep.float().mean().item(),
         }
         if not keep.any():
             # Nothing to learn from (every group uniform): no optimizer step, but the same
             # metric keys, so every curve has a point at every step.
-            with torch.no_grad():
-                logp, entropy = token_logprobs(
-                    self.policy,
-                    ro.input_ids,
-                    ro.attention_mask,
-                    ro.prompt_len,
-                    cfg.temperature,
-                    with_entropy=True,
-                )
-                ref_logp = self._reference_logprobs(ro.input_ids, ro.attention_mask, ro.prompt_len)
-            metrics["entropy"] = float(masked_mean(entropy, ro.completion_mask))
+            ref_logp = self._reference_logprobs(ro.input_ids, ro.attention_mask, ro.prompt_len)
             if ref_logp is not None:
-                metrics["kl"] = float(masked_mean(self.kl_fn(logp, ref_logp), ro.completion_mask))
+                kl = self.kl_fn(old_logp, ref_logp)
+                metrics["kl"] = float(masked_mean(kl, ro.completion_mask))
             for name in ("low_mean", "high_mean", "region_mean"):
                 metrics[f"clip_ratio/{name}"] = 0.0
             return metrics
@@ -156,33 +251,26 @@ class GRPOTrainer:
         ids = ro.input_ids[keep][:, : p + width]
         attn = ro.attention_mask[keep][:, : p + width]
         cmask = cmask[:, :width]
+        old = old_logp[keep][:, :width]
         adv = advantages[keep]
+        if token_weights is not None:
+            adv = adv.unsqueeze(1) * token_weights[keep][:, :width]
         num_tokens = float(cmask.sum())
         num_seqs = float(len(adv))
         chunks = [
             slice(i, i + cfg.micro_batch_size) for i in range(0, len(adv), cfg.micro_batch_size)
         ]
         ref_logps = [self._reference_logprobs(ids[c], attn[c], p) for c in chunks]
-        old_logps: list[torch.Tensor] = []
 
         # Running sums stay tensors on the device: no host sync inside the loop.
-        sums = dict.fromkeys(
-            ("loss", "kl", "entropy", "low", "high"), torch.zeros((), device=ids.device)
-        )
+        sums = dict.fromkeys(("loss", "kl", "low", "high"), torch.zeros((), device=ids.device))
         self.policy.train()
-        for update in range(cfg.updates_per_batch):
+        for _ in range(cfg.updates_per_batch):
             for j, c in enumerate(chunks):
                 m = cmask[c]
-                logp, entropy = token_logprobs(
-                    self.policy, ids[c], attn[c], p, cfg.temperature, with_entropy=update == 0
-                )
-                if update == 0:
-                    # The weights have not moved since sampling, so this forward pass already
-                    # gives the rollout policy's log-probs: no separate old-log-prob pass.
-                    old_logps.append(logp.detach())
-                    sums["entropy"] = sums["entropy"] + (entropy * m).sum()
+                logp, _ = token_logprobs(self.policy, ids[c], attn[c], p, cfg.temperature)
                 out = self.policy_loss(
-                    logp, old_logps[j], adv[c], cfg.clip_low, cfg.clip_high, cfg.dual_clip
+                    logp, old[c], adv[c], cfg.clip_low, cfg.clip_high, cfg.dual_clip
                 )
                 per_token = out.per_token
                 if ref_logps[j] is not None:
@@ -212,7 +300,6 @@ class GRPOTrainer:
         n_upd = cfg.updates_per_batch
         sums = {k: float(v) for k, v in sums.items()}
         metrics["loss"] = sums["loss"] / n_upd
-        metrics["entropy"] = sums["entropy"] / num_tokens
         if cfg.kl_coef > 0:
             metrics["kl"] = sums["kl"] / (num_tokens * n_upd)
         metrics["clip_ratio/low_mean"] = sums["low"] / (num_tokens * n_upd)
@@ -230,47 +317,137 @@ class GRPOTrainer:
         are trained on. The reward metrics cover everything that was sampled.
         """
         cfg, g = self.cfg, self.cfg.group_size
-        ro, rewards = self.rollout(questions)
+        sampled = self.rollout(questions)
         rounds = 1
         if cfg.dynamic_sampling:
-            parts = [(ro, rewards)]
+            parts = [sampled]
             while (
                 more is not None
                 and rounds < cfg.max_sampling_rounds
-                and int((group_reward_std(rewards, g) > 0).sum()) < cfg.prompts_per_step
+                and int((group_reward_std(sampled.rewards, g) > 0).sum()) < cfg.prompts_per_step
             ):
                 extra = more(cfg.prompts_per_step)
                 parts.append(self.rollout(extra))
                 questions = questions + extra
                 rounds += 1
-                rewards = torch.cat([r for _, r in parts])
-            ro = concat_rollouts([r for r, _ in parts], self.tokenizer.pad_token_id)
+                sampled = Sampled(
+                    concat_rollouts([p.ro for p in parts], self.tokenizer.pad_token_id),
+                    torch.cat([p.rewards for p in parts]),
+                    [f for p in parts for f in p.fractions],
+                    sum(p.num_rollouts for p in parts),
+                )
+        ro, rewards = sampled.ro, sampled.rewards
+        old_logp, entropy = self.score(ro)
+        correct = rewards >= 1
+        confidence = question_confidence(old_logp, ro.completion_mask, g)
+        difficulty = question_difficulty(correct, g)
         metrics = rollout_metrics(ro, rewards, g)
         metrics["sampling_rounds"] = float(rounds)
+        metrics["num_rollouts"] = float(sampled.num_rollouts)
 
-        train_ro, train_rewards = ro, rewards
+        values = adv_weights = token_weights = None
+        if cfg.codapo.enabled:
+            values = self.value_fn(confidence, difficulty, cfg.codapo.offset)
+            if cfg.codapo.reweight:
+                adv_weights = values.repeat_interleave(g)
+            metrics["codapo/value_mean"] = values.mean().item()
+            metrics["codapo/resampled_questions"] = float(self.num_resampled)
+        guided = torch.tensor([f is not None for f in sampled.fractions], device=rewards.device)
+        if cfg.oc_grpo.mode != "off":
+            oc = cfg.oc_grpo
+            weights = importance_weights(old_logp, ro.guide_mask, oc.gamma, oc.c_min, oc.c_max)
+            guided_rows = guided.repeat_interleave(g).unsqueeze(1)
+            if oc.correction == "importance" and guided.any():
+                token_weights = torch.where(guided_rows, weights, torch.ones_like(weights))
+            prefix = ro.guide_mask.bool() & ro.completion_mask.bool()
+            metrics["oc/guided_groups"] = float(guided.sum())
+            metrics["oc/guided_solved"] = (
+                float((correct.view(-1, g).any(dim=1) & guided).sum() / guided.sum())
+                if guided.any()
+                else 0.0
+            )
+            metrics["oc/prefix_weight_mean"] = (
+                float(weights[prefix].mean()) if prefix.any() else 1.0
+            )
+
+        trained = torch.ones(len(questions), dtype=torch.bool, device=rewards.device)
+        if cfg.filter_zero_std or cfg.dynamic_sampling:
+            trained = group_reward_std(rewards, g) > 0
+        rows = None
         if cfg.dynamic_sampling:
-            groups = torch.nonzero(group_reward_std(rewards, g) > 0).flatten()
-            groups = groups[: cfg.prompts_per_step]
+            groups = torch.nonzero(trained).flatten()[: cfg.prompts_per_step]
+            trained = torch.zeros_like(trained)
+            trained[groups] = True
             if len(groups):
                 rows = (groups.unsqueeze(1) * g + torch.arange(g, device=groups.device)).flatten()
-                train_ro, train_rewards = ro.select(rows), rewards[rows]
-        metrics.update(self.update(train_ro, train_rewards))
 
-        grouped = rewards.view(-1, g)
+        def pick(x):
+            return x if x is None or rows is None else x[rows]
+
+        train_ro = ro if rows is None else ro.select(rows)
+        metrics.update(
+            self.update(
+                train_ro,
+                pick(rewards),
+                old_logp=pick(old_logp),
+                entropy=pick(entropy),
+                adv_weights=pick(adv_weights),
+                token_weights=pick(token_weights),
+            )
+        )
+        metrics["entropy"] = float(masked_mean(entropy, ro.completion_mask))
+
+        resample = cfg.codapo.enabled and cfg.codapo.resample
+        if resample and not (cfg.codapo.alternate and self.num_resampled):
+            chosen = select_for_resampling(values, difficulty, cfg.codapo.quantile)
+            positions = resampled_batch(
+                [q.id for q in questions], chosen, cfg.codapo.copies, cfg.prompts_per_step
+            )
+            self.resample_queue = [questions[i] for i in positions]
+
+        advantages = self.advantage_fn(rewards, g, epsilon=cfg.adv_epsilon)
+        if adv_weights is not None:
+            advantages = advantages * adv_weights
+        return metrics, self._log_rows(
+            questions, sampled, old_logp, confidence, difficulty, values, advantages, trained
+        )
+
+    def _log_rows(
+        self, questions, sampled, old_logp, confidence, difficulty, values, advantages, trained
+    ) -> list[dict]:
+        g, ro = self.cfg.group_size, sampled.ro
+        grouped = sampled.rewards.view(-1, g)
         mean, std = grouped.mean(dim=1).tolist(), grouped.std(dim=1).tolist()
         length = ro.lengths.float().view(-1, g).mean(dim=1).tolist()
-        rows_log = [
+        seq_logp = masked_mean(old_logp, ro.completion_mask, dim=1).view(-1, g)
+        correct = (sampled.rewards >= 1).view(-1, g)
+        n_correct = correct.sum(dim=1)
+        logp_correct = ((seq_logp * correct).sum(dim=1) / n_correct.clamp(min=1)).tolist()
+        logp_wrong = ((seq_logp * ~correct).sum(dim=1) / (g - n_correct).clamp(min=1)).tolist()
+        adv_abs = advantages.abs().view(-1, g).mean(dim=1).tolist()
+        conf, diff = confidence.tolist(), difficulty.tolist()
+        vals = values.tolist() if values is not None else [None] * len(questions)
+        n_correct, trained = n_correct.tolist(), trained.tolist()
+        return [
             {
                 "id": q.id,
                 "level": q.level,
                 "reward_mean": mean[i],
                 "reward_std": std[i],
                 "mean_length": length[i],
+                "confidence": conf[i],
+                "difficulty": diff[i],
+                "value": vals[i],
+                "adv_abs_mean": adv_abs[i],
+                "logp_correct": logp_correct[i] if n_correct[i] else None,
+                "logp_incorrect": logp_wrong[i] if n_correct[i] < g else None,
+                "guided": sampled.fractions[i] is not None,
+                "guide_fraction": sampled.fractions[i],
+                "resampled": i < self.num_resampled,
+                "trained": trained[i],
             }
             for i, q in enumerate(questions)
         ]
-        return metrics, rows_log
 
 
 def rollout_metrics(ro: Rollouts, rewards: torch.Tensor, group_size: int) -> dict[str, float]:
@@ -299,8 +476,10 @@ def run(
     bar = tqdm(range(steps), desc="grpo", unit="step")
     for step in bar:
         torch.manual_seed(seed * 100_003 + step)  # each step's sampling is reproducible alone
-        batch = [questions[i] for i in sampler.next(trainer.cfg.prompts_per_step)]
-        metrics, rows = trainer.step(batch, more=lambda n: [questions[i] for i in sampler.next(n)])
+        def draw(n: int) -> list[Question]:
+            return [questions[i] for i in sampler.next(n)]
+
+        metrics, rows = trainer.step(trainer.next_batch(draw), more=draw)
         bar.set_postfix(reward=f"{metrics['reward']:.3f}", entropy=f"{metrics['entropy']:.3f}")
         if on_step is not None:
             on_step(step, metrics, rows)

@@ -8,14 +8,12 @@ import io
 
 import pyarrow as pa
 import torch
-from tqdm.auto import tqdm
 
 from grpo_core.config import EvalParams, Params
 from grpo_core.evaluation import summarize
 from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.models import load_model
-from grpo_core.rewards import score
-from grpo_core.rollout import generate
+from grpo_core.sample import sample_problems
 from grpo_core.schema import read_problems
 from stages.common import log, main
 
@@ -26,38 +24,13 @@ def sample_model(
     path: str, problems: list[dict], cfg: EvalParams, seed: int, name: str
 ) -> list[dict]:
     model, tokenizer = load_model(path)
-    model.eval()
     torch.manual_seed(seed)
-    per_call = max(1, cfg.batch_size // cfg.samples)
-    rows = []
-    for start in tqdm(range(0, len(problems), per_call), desc=f"eval {name}", unit="batch"):
-        chunk = problems[start : start + per_call]
-        ro = generate(
-            model,
-            tokenizer,
-            [p["prompt"] for p in chunk],
-            cfg.samples,
-            cfg.temperature,
-            cfg.max_new_tokens,
-        )
-        lengths = ro.lengths.tolist()
-        for i, text in enumerate(ro.texts):
-            p = chunk[i // cfg.samples]
-            rows.append(
-                {
-                    "model": name,
-                    "id": p["id"],
-                    "source": p["source"],
-                    "domain": p["domain"],
-                    "level": p["level"],
-                    "sample": i % cfg.samples,
-                    "completion": text,
-                    "reward": score(p["domain"], text, p["answer"]),
-                    "length": lengths[i],
-                    "truncated": bool(ro.truncated[i]),
-                }
-            )
-    return rows
+    rows = sample_problems(model, tokenizer, problems, cfg, f"eval {name}")
+    out = []
+    for r in rows:
+        p = problems[r.pop("index")]
+        out.append({"model": name, **{k: p[k] for k in ("id", "source", "domain", "level")}, **r})
+    return out
 
 
 def evaluate(params: Params) -> None:

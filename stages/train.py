@@ -1,5 +1,7 @@
-"""train: params `algo`, `train`, `seed`, models/base, the train split ->
-models/policy/ (HF directory, LoRA merged), metrics/train/ (dvclive), data/rollouts.parquet"""
+"""train: params `algo`, `train`, `seed`, models/base, the train split, data/profile.parquet
+(curricula), data/guides.parquet (OC-GRPO fixed) -> models/policy/ (HF directory, LoRA merged,
+with the resolved train params in grpo_lab.json), metrics/train/ (dvclive),
+data/rollouts.parquet (one row per question per step)"""
 
 from __future__ import annotations
 
@@ -7,29 +9,77 @@ import copy
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from dvclive import Live
 
 from grpo_core.config import Params
+from grpo_core.difficulty import CURRICULA
 from grpo_core.errors import InputError
-from grpo_core.io import atomic_path, write_parquet
+from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.models import load_model
 from grpo_core.schema import read_problems
 from grpo_core.trainer import GRPOTrainer, Question, add_lora, run
 from stages.common import log, main
 
+# data/rollouts.parquet: one row per question per step (GRPOTrainer._log_rows).
+ROLLOUT_LOG = pa.schema(
+    [
+        ("step", pa.int32()),
+        ("id", pa.string()),
+        ("level", pa.int32()),
+        ("reward_mean", pa.float64()),
+        ("reward_std", pa.float64()),
+        ("mean_length", pa.float64()),
+        ("confidence", pa.float64()),  # exp(mean token log-prob of the group), pi_old
+        ("difficulty", pa.float64()),  # 1 - group accuracy
+        ("value", pa.float64()),  # CoDaPO value; null for other algorithms
+        ("adv_abs_mean", pa.float64()),  # mean |advantage| over the group (after weighting)
+        ("logp_correct", pa.float64()),  # mean token log-prob of correct rollouts; null if none
+        ("logp_incorrect", pa.float64()),
+        ("guided", pa.bool_()),  # OC-GRPO: the group was re-rolled with a guide prefix
+        ("guide_fraction", pa.float64()),
+        ("resampled", pa.bool_()),  # CoDaPO: the question was repeated from the last step
+        ("trained", pa.bool_()),  # the group entered the loss
+    ]
+)
 
-def train(params: Params) -> None:
+
+def training_questions(params: Params) -> list[Question]:
+    """The questions of `train.levels`, narrowed by `train.curriculum` (from the profile),
+    with their reference solutions and, for OC-GRPO's fixed mode, their guide fractions."""
     cfg = params.train
     table = read_problems("data/prepared/train.parquet")
     table = table.filter(pc.is_in(table["level"], pa.array(cfg.levels, pa.int32())))
+    if cfg.curriculum != "all":
+        profile = pq.read_table("data/profile.parquet", columns=["id", "bin"])
+        ids = profile.filter(pc.is_in(profile["bin"], pa.array(CURRICULA[cfg.curriculum])))
+        table = table.filter(pc.is_in(table["id"], ids["id"]))
+    guides = {}
+    if cfg.oc_grpo.mode == "fixed":
+        rows = pq.read_table("data/guides.parquet", columns=["id", "fraction"]).to_pylist()
+        guides = {r["id"]: r["fraction"] for r in rows if r["fraction"] is not None}
+    columns = ["id", "domain", "level", "prompt", "answer", "solution"]
     questions = [
-        Question(r["id"], r["domain"], r["level"], r["prompt"], r["answer"])
-        for r in table.select(["id", "domain", "level", "prompt", "answer"]).to_pylist()
+        Question(**r, guide_fraction=guides.get(r["id"])) for r in table.select(columns).to_pylist()
     ]
     if not questions:
-        raise InputError(f"train.levels={cfg.levels}: no training problems at these levels")
-    log.info("%d training questions at levels %s", len(questions), cfg.levels)
+        raise InputError(
+            f"train.levels={cfg.levels}, train.curriculum={cfg.curriculum!r}: no training "
+            "problems (a curriculum other than 'all' draws from data/profile.parquet only)"
+        )
+    log.info(
+        "%d training questions at levels %s (curriculum %s, %d with a guide)",
+        len(questions),
+        cfg.levels,
+        cfg.curriculum,
+        len(guides),
+    )
+    return questions
 
+
+def train(params: Params) -> None:
+    cfg = params.train
+    questions = training_questions(params)
     policy, tokenizer = load_model("models/base")
     reference = None
     if cfg.lora.enabled:
@@ -56,7 +106,9 @@ def train(params: Params) -> None:
     with atomic_path("models/policy") as tmp:
         policy.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    write_parquet(pa.Table.from_pylist(log_rows), "data/rollouts.parquet")
+        # The train params after the algo preset was applied: what this policy was trained with.
+        write_json({"algo": params.algo, "train": cfg.model_dump()}, tmp / "grpo_lab.json")
+    write_parquet(pa.Table.from_pylist(log_rows, schema=ROLLOUT_LOG), "data/rollouts.parquet")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,46 @@ def test_repository_params_yaml_is_valid_and_complete():
         raw = yaml.safe_load(f)
     # Every declared field is spelled out in params.yaml, so users see every knob.
     assert set(raw) == set(Params.model_fields)
-    for section in ("data", "model", "train", "eval"):
+    for section in ("data", "model", "profile", "guide", "train", "eval"):
         assert set(raw[section]) == set(type(getattr(params, section)).model_fields), section
+    for sub in ("codapo", "oc_grpo", "lora"):
+        assert set(raw["train"][sub]) == set(type(getattr(params.train, sub)).model_fields), sub
+
+
+def test_preset_knobs_are_null_in_params_yaml_so_algo_decides_them():
+    from grpo_core.algos import PRESETS
+
+    with open("params.yaml") as f:
+        train = yaml.safe_load(f)["train"]
+    for key in PRESETS["grpo"]:
+        section, _, leaf = key.rpartition(".")
+        assert (train[section] if section else train)[leaf] is None, key
+
+
+@pytest.mark.parametrize(
+    "algo, expected",
+    [
+        ("grpo", dict(advantage="grpo", loss_agg="token-mean", clip_high=0.2)),
+        ("dr_grpo", dict(advantage="dr_grpo", loss_agg="seq-mean-token-sum-norm")),
+        ("dapo", dict(clip_high=0.28, dynamic_sampling=True, overlong_filter=True)),
+        ("codapo", {"codapo.enabled": True, "oc_grpo.mode": "off"}),
+        ("oc_grpo", {"oc_grpo.mode": "fixed", "codapo.enabled": False}),
+    ],
+)
+def test_algo_presets_fill_the_null_knobs(algo, expected):
+    train = parse_params({"algo": algo, "train": {"advantage": None, "codapo": {}}}).train
+    for key, value in expected.items():
+        obj = train
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        assert obj == value, key
+
+
+def test_a_knob_set_in_params_overrides_the_preset():
+    train = parse_params(
+        {"algo": "dapo", "train": {"clip_high": 0.4, "codapo": {"enabled": True}}}
+    ).train
+    assert train.clip_high == 0.4 and train.dynamic_sampling and train.codapo.enabled
 
 
 @pytest.mark.parametrize(
@@ -20,7 +58,11 @@ def test_repository_params_yaml_is_valid_and_complete():
         ({"train": {"group_sise": 8}}, ["train.group_sise: unknown key", "group_size"]),
         ({"train": {"group_size": -4}}, ["train.group_size", "greater than or equal to 2"]),
         ({"train": {"lr": "fast"}}, ["train.lr", "'fast'"]),
-        ({"algo": "ppo"}, ["algo", "'ppo'", "allowed values", "'grpo'"]),
+        ({"algo": "ppo"}, ["algo", "'ppo'", "allowed values", "'grpo'", "'oc_grpo'"]),
+        ({"train": {"curriculum": "medium"}}, ["train.curriculum", "'learnable'"]),
+        ({"train": {"oc_grpo": {"c_min": 2.0}}}, ["c_min (2.0) must not exceed c_max"]),
+        ({"guide": {"fractions": [0.6, 0.2]}}, ["guide", "must be increasing"]),
+        ({"train": {"codapo": {"quantile": 1.5}}}, ["train.codapo.quantile"]),
         ({"data": {"levels": [0, 6]}}, ["data.levels.0", "data.levels.1"]),
         ({"eval": {"samples": 2, "pass_at": [4]}}, ["pass_at values [4] exceed samples (2)"]),
         ({"model": {"tiny": {"hidden_size": 100, "num_heads": 3}}}, ["divisible by num_heads"]),

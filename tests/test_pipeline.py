@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+STAGES = ("prepare", "base", "profile", "guide", "train", "evaluate")
 pytestmark = pytest.mark.pipeline
 
 SMALL = {
@@ -20,8 +21,11 @@ SMALL = {
         "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
         "sft": {"steps": 80, "batch_size": 16, "level_weights": [1.0, 0.2]},
     },
+    "profile": {"samples": 4, "max_new_tokens": 20, "max_per_level": 24},
+    "guide": {"samples": 4, "max_new_tokens": 20, "fractions": [0.5, 1.0]},
     # Level 1 only: after 80 SFT steps it is solved sometimes, so groups have reward variance
-    # and a changed learning rate changes the policy.
+    # and a changed learning rate changes the policy; most of its questions are never solved
+    # in 4 samples, so the guide stage and OC-GRPO's guided re-rolls have work to do.
     "train": {
         "levels": [1],
         "steps": 2,
@@ -62,7 +66,7 @@ def sh(repo: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess
 def ran(done: subprocess.CompletedProcess) -> list[str]:
     """Stages that `dvc repro` / `dvc exp run` actually executed."""
     text = done.stdout + done.stderr
-    return [s for s in ("prepare", "base", "train", "evaluate") if f"Running stage '{s}'" in text]
+    return [s for s in STAGES if f"Running stage '{s}'" in text]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +89,7 @@ def repo(tmp_path_factory) -> Path:
 
 def test_repro_builds_every_artifact(repo):
     done = sh(repo, "dvc", "repro")
-    assert ran(done) == ["prepare", "base", "train", "evaluate"]
+    assert ran(done) == list(STAGES)
     metrics = json.loads((repo / "metrics/eval.json").read_text())
     assert set(metrics) == {"base", "policy"}
     for model in metrics.values():
@@ -95,6 +99,8 @@ def test_repro_builds_every_artifact(repo):
         "models/base/config.json",
         "models/base/tokenizer.json",
         "models/policy/model.safetensors",
+        "data/profile.parquet",
+        "data/guides.parquet",
         "data/rollouts.parquet",
         "data/eval_samples.parquet",
         "metrics/train/metrics.json",
@@ -139,6 +145,23 @@ def test_exp_run_with_set_param_and_metrics_diff(repo):
     assert "metrics/train/metrics.json" in changed
     params = sh(repo, "dvc", "params", "diff", "--json").stdout
     assert "train.lr" in params
+
+
+@pytest.mark.parametrize("algo", ["dr_grpo", "dapo", "codapo", "oc_grpo"])
+def test_each_algo_preset_reruns_only_train_and_evaluate(repo, algo):
+    done = sh(repo, "dvc", "exp", "run", "-S", f"algo={algo}", "--name", f"preset-{algo}")
+    assert ran(done) == ["train", "evaluate"]
+    show = json.loads(sh(repo, "dvc", "exp", "show", "--json").stdout)
+    assert f"preset-{algo}" in json.dumps(show)
+    record = json.loads((repo / "models/policy/grpo_lab.json").read_text())
+    assert record["algo"] == algo
+    metrics = json.loads((repo / "metrics/train/metrics.json").read_text())
+    if algo == "codapo":
+        assert "codapo" in metrics and metrics["codapo"]["value_mean"] > 0
+    if algo == "oc_grpo":
+        assert "oc" in metrics
+    if algo == "dapo":
+        assert record["train"]["clip_high"] == 0.28 and record["train"]["dynamic_sampling"]
 
 
 def test_bad_param_fails_the_pipeline_with_its_name(repo):

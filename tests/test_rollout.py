@@ -89,3 +89,29 @@ def test_concatenated_rollouts_keep_every_rows_log_probs(tokenizer, tiny_model):
         assert both.completion_mask[rows, width:].sum() == 0
     sub = both.select([3, 0])
     assert sub.texts == [both.texts[3], both.texts[0]]
+
+
+def test_guided_rollouts_start_with_the_prefix_and_score_as_sampled(tokenizer, tiny_model):
+    """A guided completion is prefix + continuation within max_new_tokens; guide_mask marks
+    the prefix; scoring it under the unguided prompt sees the same tokens and positions, so
+    the continuation's log-probs equal those of plain scoring of the guided context."""
+    from grpo_core.rollout import score_rollouts
+
+    torch.manual_seed(0)
+    prompts, prefixes = ["Q: 1+2=?\nA: ", "Q: 33+44=?\nA: "], ["3+", ""]
+    ro = generate(tiny_model, tokenizer, prompts, 3, 1.0, max_new_tokens=6, prefixes=prefixes)
+    assert all(t.startswith("3+") for t in ro.texts[:3])
+    assert ro.guide_mask[:3, :2].sum() == 6 and ro.guide_mask[:3, 2:].sum() == 0
+    assert ro.guide_mask[3:].sum() == 0
+    assert (ro.lengths <= 6).all()
+    has_eos = (ro.completion_ids * ro.completion_mask == tokenizer.eos_token_id).any(dim=1)
+    assert ro.truncated.tolist() == (~has_eos).tolist()
+    logp, entropy = score_rollouts(tiny_model, ro, 1.0, micro_batch_size=4)
+    row = ro.select([0])
+    p = row.prompt_len
+    direct, _ = token_logprobs(tiny_model, row.input_ids, row.attention_mask, p)
+    width = direct.shape[1]
+    torch.testing.assert_close(
+        logp[:1, :width] * row.completion_mask, direct * row.completion_mask, atol=1e-5, rtol=0
+    )
+    assert entropy.shape == logp.shape

@@ -31,6 +31,14 @@ def _misspell_samples(p):
     p["eval"]["sampels"] = p["eval"].pop("samples")
 
 
+def _bad_fractions(p):
+    p["guide"]["fractions"] = [0.8, 0.4]
+
+
+def _bad_algo(p):
+    p["algo"] = "ppo"
+
+
 @pytest.mark.parametrize(
     "stage, edit, message",
     [
@@ -38,6 +46,9 @@ def _misspell_samples(p):
         ("base", _set_lr, "train.lr"),
         ("train", _misspell_samples, "eval.sampels: unknown key"),
         ("evaluate", _set_group_size, "train.group_size"),
+        ("profile", _set_lr, "train.lr"),
+        ("guide", _bad_fractions, "guide"),
+        ("train", _bad_algo, "allowed values"),
     ],
 )
 def test_bad_params_fail_before_any_work(tmp_path, stage, edit, message):

@@ -57,7 +57,8 @@ def test_step_metrics_use_trl_names_and_micro_batches_match_one_batch(
             model, tokenizer, _cfg(micro_batch_size=micro, filter_zero_std=False, loss_agg=loss_agg)
         )
         torch.manual_seed(0)
-        ro, rw = trainer.rollout(starts_with_7)
+        sampled = trainer.rollout(starts_with_7)
+        ro, rw = sampled.ro, sampled.rewards
         rw[:4] = 1.0  # ensure non-zero advantages
         metrics = trainer.update(ro, rw)
         states.append({k: v.clone() for k, v in model.state_dict().items()})
@@ -96,7 +97,8 @@ def test_lora_with_kl_trains_only_adapters(tokenizer, tiny_model, starts_with_7)
     policy = add_lora(tiny_model, lora)
     trainer = GRPOTrainer(policy, tokenizer, _cfg(kl_coef=0.1, filter_zero_std=False))
     torch.manual_seed(0)
-    ro, rw = trainer.rollout(starts_with_7)
+    sampled = trainer.rollout(starts_with_7)
+    ro, rw = sampled.ro, sampled.rewards
     rw[:4] = 1.0
     metrics = trainer.update(ro, rw)
     assert metrics["kl"] >= 0
@@ -115,7 +117,8 @@ def test_kl_with_full_reference_is_zero_on_the_first_update(tokenizer, tiny_mode
         reference=reference,
     )
     torch.manual_seed(0)
-    ro, rw = trainer.rollout(starts_with_7)
+    sampled = trainer.rollout(starts_with_7)
+    ro, rw = sampled.ro, sampled.rewards
     assert trainer.update(ro, rw)["kl"] == pytest.approx(0.0, abs=1e-7)
 
 
@@ -133,7 +136,7 @@ def test_uniform_groups_take_no_step_but_report_every_metric(tokenizer, tiny_mod
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
     trainer = GRPOTrainer(tiny_model, tokenizer, _cfg(kl_coef=0.1), reference=reference)
     torch.manual_seed(0)
-    ro, _ = trainer.rollout(starts_with_7)
+    ro = trainer.rollout(starts_with_7).ro
     metrics = trainer.update(ro, torch.zeros(len(ro.texts)))
     assert metrics["frac_sequences_trained"] == 0.0 and metrics["kl"] == pytest.approx(0.0)
     assert metrics["entropy"] > 0 and metrics["clip_ratio/region_mean"] == 0.0
@@ -155,7 +158,9 @@ def test_dynamic_sampling_draws_more_until_groups_are_informative(
     trainer = GRPOTrainer(tiny_model, tokenizer, cfg)
     trained = []
     original = trainer.update
-    monkeypatch.setattr(trainer, "update", lambda ro, rw: trained.append(rw) or original(ro, rw))
+    monkeypatch.setattr(
+        trainer, "update", lambda ro, rw, **kw: trained.append(rw) or original(ro, rw, **kw)
+    )
     torch.manual_seed(0)
     metrics, rows = trainer.step(uniform, more=lambda n: mixed[:n])
     assert metrics["sampling_rounds"] == 2.0
@@ -169,7 +174,8 @@ def test_overlong_filter_leaves_truncated_completions_out_of_the_loss(
     tokenizer, tiny_model, starts_with_7
 ):
     torch.manual_seed(0)
-    ro, rw = GRPOTrainer(tiny_model, tokenizer, _cfg()).rollout(starts_with_7)
+    sampled = GRPOTrainer(tiny_model, tokenizer, _cfg()).rollout(starts_with_7)
+    ro, rw = sampled.ro, sampled.rewards
     ro.truncated = torch.ones_like(ro.truncated)  # as if every completion hit max_new_tokens
     rw[:4] = 1.0
     for overlong_filter, trained in ((True, False), (False, True)):
@@ -182,3 +188,116 @@ def test_overlong_filter_leaves_truncated_completions_out_of_the_loss(
         )
         assert changed == trained
         assert metrics["frac_sequences_trained"] == (1.0 if trained else 0.0)
+
+
+@pytest.fixture
+def needs_the_solution(monkeypatch):
+    """Reward 1 only for completions that start with the full reference solution "3 5 7":
+    a random model never writes it alone, so every unguided group fails."""
+    monkeypatch.setitem(rewards.REWARDS, "sol", lambda c, answer: float(c.startswith("3 5 7")))
+    return [
+        Question(f"q{i}", "sol", 5, f"Q: {i}+9=?\nA: ", "7", solution="3 5 7") for i in range(4)
+    ]
+
+
+def _oc(**kw):
+    from grpo_core.config import OffContextParams
+
+    return _cfg(prompts_per_step=4, max_new_tokens=8, oc_grpo=OffContextParams(**kw))
+
+
+def test_oc_grpo_adaptive_re_rolls_failed_groups_with_growing_prefixes(
+    tokenizer, tiny_model, needs_the_solution
+):
+    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="adaptive", fractions=[0.34, 1.0]))
+    torch.manual_seed(0)
+    metrics, rows = trainer.step(needs_the_solution)
+    # 4 unguided groups fail, 4 re-rolls at 0.34 fail, 4 at 1.0 succeed: 12 groups of 8.
+    assert metrics["num_rollouts"] == 12 * 8
+    assert metrics["oc/guided_groups"] == 4 and metrics["oc/guided_solved"] == 1.0
+    assert all(r["guided"] and r["guide_fraction"] == 1.0 for r in rows)
+    assert all(r["reward_mean"] == 1.0 for r in rows)
+    # Prefix tokens get pi_old(token), clipped to [0.01, 1]: a random model gives ~1/30.
+    assert 0.01 <= metrics["oc/prefix_weight_mean"] < 0.2
+
+
+def test_oc_grpo_fixed_uses_each_questions_own_fraction(tokenizer, tiny_model, needs_the_solution):
+    from dataclasses import replace
+
+    questions = [replace(q, guide_fraction=1.0) for q in needs_the_solution[:2]]
+    questions += needs_the_solution[2:]  # no guide found for these: they stay unguided
+    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed"))
+    torch.manual_seed(0)
+    metrics, rows = trainer.step(questions)
+    assert metrics["num_rollouts"] == 6 * 8
+    assert [r["guided"] for r in rows] == [True, True, False, False]
+    assert [r["reward_mean"] for r in rows] == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_oc_grpo_correction_none_and_importance_differ_only_on_guided_tokens(
+    tokenizer, tiny_model, needs_the_solution, monkeypatch
+):
+    """Half the guided rollouts are rewarded, so the guided groups train; the importance
+    correction must change the update (prefix weights < 1), correction none must not weight."""
+    calls = []
+    states = {}
+    for correction in ("importance", "none"):
+        model = type(tiny_model)(tiny_model.config)
+        model.load_state_dict(tiny_model.state_dict())
+        trainer = GRPOTrainer(
+            model, tokenizer, _oc(mode="adaptive", fractions=[1.0], correction=correction)
+        )
+        original = trainer.update
+        monkeypatch.setattr(
+            trainer,
+            "update",
+            lambda ro, rw, _o=original, **kw: (
+                calls.append(kw) or _o(ro, (torch.arange(len(rw)) % 2).float(), **kw)
+            ),
+        )
+        torch.manual_seed(0)
+        trainer.step(needs_the_solution)
+        states[correction] = model.state_dict()
+    weighted, plain = calls[0]["token_weights"], calls[1]["token_weights"]
+    assert plain is None and weighted is not None and (weighted < 1).any()
+    assert any(not torch.equal(states["importance"][k], states["none"][k]) for k in states["none"])
+
+
+def test_codapo_reweights_advantages_and_resamples_the_next_batch(
+    tokenizer, tiny_model, monkeypatch
+):
+    from grpo_core.config import CodapoParams
+
+    # Question i's rollouts are rewarded with probability ~ i/8 ('digit' reward on a random
+    # model is ~1/3, so use an explicit per-question schedule through the prompt's digit).
+    monkeypatch.setitem(rewards.REWARDS, "half", lambda c, answer: float(len(c) % 2 == 0))
+    questions = [Question(f"q{i}", "half", 1, f"Q: {i}+4=?\nA: ", "7") for i in range(8)]
+    cfg = _cfg(prompts_per_step=8, codapo=CodapoParams(enabled=True, quantile=0.75, copies=2))
+    trainer = GRPOTrainer(tiny_model, tokenizer, cfg)
+    seen = []
+    original = trainer.update
+    monkeypatch.setattr(
+        trainer, "update", lambda ro, rw, **kw: seen.append(kw) or original(ro, rw, **kw)
+    )
+    torch.manual_seed(0)
+    metrics, rows = trainer.step(trainer.next_batch(lambda n: questions[:n]))
+    values = torch.tensor([r["value"] for r in rows])
+    conf = torch.tensor([r["confidence"] for r in rows])
+    diff = torch.tensor([r["difficulty"] for r in rows])
+    torch.testing.assert_close(values, conf * 4 * diff * (1 - diff) + 0.1)
+    torch.testing.assert_close(seen[0]["adv_weights"], values.repeat_interleave(8))
+    assert metrics["codapo/value_mean"] == pytest.approx(float(values.mean()))
+    # The queue: learnable questions at or above the 0.75-quantile, 2 copies each, best first.
+    queue = trainer.resample_queue
+    learnable = (diff > 0) & (diff < 1)
+    top = values >= torch.quantile(values, 0.75)
+    expected = [questions[i].id for i in torch.nonzero(top & learnable).flatten().tolist()]
+    assert queue and sorted({q.id for q in queue}) == sorted(expected)
+    assert len(queue) == 2 * len(expected)
+    # The next batch starts with the queue; with alternation it does not resample again.
+    batch = trainer.next_batch(lambda n: questions[:n])
+    assert [q.id for q in batch[: len(queue)]] == [q.id for q in queue] and len(batch) == 8
+    metrics, rows = trainer.step(batch)
+    assert metrics["codapo/resampled_questions"] == len(queue)
+    assert [r["resampled"] for r in rows] == [True] * len(queue) + [False] * (8 - len(queue))
+    assert trainer.resample_queue == []

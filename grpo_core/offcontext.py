@@ -1,0 +1,66 @@
+"""Off-Context GRPO: learn on questions the policy never solves from guided rollouts.
+
+A group whose rollouts all fail is re-rolled from a *guided* context: the prompt followed by a
+prefix g of the reference solution, which the sampler continues. The trained response is the
+whole y = g + continuation, scored under the *unguided* prompt x, so the policy learns to
+answer x alone. The guided sampler q forces g (probability 1) and samples the rest from
+pi_old, so per token
+
+    log q(y_t | x, y_<t) = 0                         on the prefix tokens,
+    log q(y_t | x, y_<t) = log pi_old(y_t | x, y_<t) on the continuation,
+
+and each token's advantage is weighted by the truncated importance ratio of the policy being
+trained to the policy that sampled:
+
+    w_t = clip(exp(gamma * (log pi_old(y_t | x, y_<t) - log q(y_t | x, y_<t))), c_min, c_max).
+
+Continuation tokens get w = 1 (same context, same policy); a prefix token gets
+clip(pi_old(g_t)^gamma, c_min, c_max): reference tokens the policy finds unlikely count less.
+With an empty guide every w is 1 and the loss is GRPO's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def guide_prefix(solution: str, fraction: float) -> str:
+    """The first `fraction` of the reference solution's words, cut at a word boundary and
+    keeping the whitespace that follows the last word (so the sampler starts a new word).
+
+    The word count is rounded half up; fraction 1 is the whole solution.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"guidance fraction must be in (0, 1], got {fraction}")
+    words = solution.split()
+    k = min(len(words), math.floor(fraction * len(words) + 0.5))
+    if k == 0:
+        return ""
+    if k == len(words):
+        return solution
+    pos = 0
+    for word in words[:k]:
+        pos = solution.index(word, pos) + len(word)
+    end = pos
+    while end < len(solution) and solution[end].isspace():
+        end += 1
+    return solution[:end]
+
+
+def behaviour_logprobs(old_logp: torch.Tensor, guide_mask: torch.Tensor) -> torch.Tensor:
+    """log q per token: 0 where the guide forced the token, log pi_old elsewhere."""
+    return torch.where(guide_mask.bool(), torch.zeros_like(old_logp), old_logp)
+
+
+def importance_weights(
+    old_logp: torch.Tensor,
+    guide_mask: torch.Tensor,
+    gamma: float = 1.0,
+    c_min: float = 0.01,
+    c_max: float = 1.0,
+) -> torch.Tensor:
+    """w = clip(exp(gamma * (log pi_old - log q)), c_min, c_max) per token, (B, T)."""
+    log_ratio = old_logp - behaviour_logprobs(old_logp, guide_mask)
+    return torch.exp(gamma * log_ratio).clamp(min=c_min, max=c_max)

@@ -1,0 +1,62 @@
+"""Sample a fixed model on a list of problems and score every completion: what the
+`profile`, `guide` and `evaluate` stages share."""
+
+from __future__ import annotations
+
+from tqdm.auto import tqdm
+
+from grpo_core.config import SamplingParams
+from grpo_core.losses import masked_mean
+from grpo_core.rewards import score
+from grpo_core.rollout import generate, score_rollouts
+
+
+def sample_problems(
+    model,
+    tokenizer,
+    problems: list[dict],
+    cfg: SamplingParams,
+    desc: str,
+    prefixes: list[str] | None = None,
+    with_logprobs: bool = False,
+) -> list[dict]:
+    """`cfg.samples` completions per problem (each problem a dict with at least `domain`,
+    `prompt`, `answer`), in generate calls of about `cfg.batch_size` sequences.
+
+    Returns one row per completion, problem by problem: `index` (into `problems`), `sample`,
+    `completion` (guide prefix included), `reward`, `length` (tokens), `truncated`, and with
+    `with_logprobs` the completion's `mean_logprob` (mean token log-prob under `model`).
+    """
+    model.eval()
+    per_call = max(1, cfg.batch_size // cfg.samples)
+    rows: list[dict] = []
+    for start in tqdm(range(0, len(problems), per_call), desc=desc, unit="batch"):
+        chunk = problems[start : start + per_call]
+        ro = generate(
+            model,
+            tokenizer,
+            [p["prompt"] for p in chunk],
+            cfg.samples,
+            cfg.temperature,
+            cfg.max_new_tokens,
+            prefixes=None if prefixes is None else prefixes[start : start + per_call],
+        )
+        lengths = ro.lengths.tolist()
+        mean_logp: list[float] = []
+        if with_logprobs:
+            logp, _ = score_rollouts(model, ro, cfg.temperature, cfg.batch_size)
+            mean_logp = masked_mean(logp, ro.completion_mask, dim=1).tolist()
+        for i, text in enumerate(ro.texts):
+            p = chunk[i // cfg.samples]
+            row = {
+                "index": start + i // cfg.samples,
+                "sample": i % cfg.samples,
+                "completion": text,
+                "reward": score(p["domain"], text, p["answer"]),
+                "length": lengths[i],
+                "truncated": bool(ro.truncated[i]),
+            }
+            if with_logprobs:
+                row["mean_logprob"] = mean_logp[i]
+            rows.append(row)
+    return rows

@@ -1,0 +1,50 @@
+"""guide: params `guide`, `seed`, models/base, data/profile.parquet, the train split ->
+data/guides.parquet (for each profiled question the base never solved: the smallest
+reference-solution prefix fraction that unlocks it, or null)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from grpo_core.config import Params
+from grpo_core.guides import find_guides
+from grpo_core.io import write_parquet
+from grpo_core.models import load_model
+from grpo_core.schema import read_problems
+from stages.common import log, main
+
+GUIDE_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("level", pa.int32()),
+        ("fraction", pa.float64()),  # null: no fraction unlocked the question
+        ("pass_rate", pa.float64()),  # at that fraction
+        ("tried", pa.list_(pa.float64())),
+    ]
+)
+
+
+def guide(params: Params) -> None:
+    profile = pq.read_table("data/profile.parquet", columns=["id", "bin"]).to_pylist()
+    unsolved = {r["id"] for r in profile if r["bin"] == "unsolved"}
+    train = read_problems("data/prepared/train.parquet").to_pylist()
+    problems = [p for p in train if p["id"] in unsolved]
+    rows: list[dict] = []
+    if problems:
+        model, tokenizer = load_model("models/base")
+        torch.manual_seed(params.seed)
+        rows = find_guides(model, tokenizer, problems, params.guide)
+    write_parquet(pa.Table.from_pylist(rows, schema=GUIDE_SCHEMA), "data/guides.parquet")
+    found = [r["fraction"] for r in rows if r["fraction"] is not None]
+    log.info(
+        "%d unsolved questions; %d unlocked, by fraction: %s",
+        len(rows),
+        len(found),
+        {f: found.count(f) for f in params.guide.fractions},
+    )
+
+
+if __name__ == "__main__":
+    main(guide)

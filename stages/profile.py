@@ -1,0 +1,67 @@
+"""profile: params `profile`, `train.levels`, `seed`, models/base, the train split ->
+data/profile.parquet (per question: pass rate, confidence, mean length, difficulty bin)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from grpo_core.config import Params
+from grpo_core.difficulty import summarize_profile
+from grpo_core.errors import InputError
+from grpo_core.io import write_parquet
+from grpo_core.models import load_model
+from grpo_core.sample import sample_problems
+from grpo_core.schema import read_problems
+from stages.common import log, main
+
+PROFILE_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("level", pa.int32()),
+        ("samples", pa.int32()),
+        ("pass_rate", pa.float64()),
+        ("mean_logprob", pa.float64()),
+        ("confidence", pa.float64()),
+        ("mean_length", pa.float64()),
+        ("bin", pa.string()),
+    ]
+)
+
+
+def profiled_questions(table: pa.Table, levels: list[int], per_level: int) -> list[dict]:
+    """The first `per_level` training problems of each level in `levels`."""
+    out = []
+    for level in levels:
+        rows = table.filter(pc.equal(table["level"], level)).slice(0, per_level)
+        out.extend(rows.to_pylist())
+    return out
+
+
+def profile(params: Params) -> None:
+    cfg = params.profile
+    table = read_problems("data/prepared/train.parquet")
+    problems = profiled_questions(table, params.train.levels, cfg.max_per_level)
+    if not problems:
+        raise InputError(f"train.levels={params.train.levels}: no training problems to profile")
+    model, tokenizer = load_model("models/base")
+    torch.manual_seed(params.seed)
+    samples = sample_problems(model, tokenizer, problems, cfg, "profile", with_logprobs=True)
+    rows = summarize_profile(problems, samples)
+    out = pa.Table.from_pylist(rows, schema=PROFILE_SCHEMA)
+    write_parquet(out, "data/profile.parquet")
+    for level in params.train.levels:
+        lv = [r for r in rows if r["level"] == level]
+        bins = {b: sum(r["bin"] == b for r in lv) for b in ("unsolved", "hard", "easy", "solved")}
+        log.info(
+            "level %d: %d questions, mean pass rate %.3f, bins %s",
+            level,
+            len(lv),
+            sum(r["pass_rate"] for r in lv) / max(len(lv), 1),
+            bins,
+        )
+
+
+if __name__ == "__main__":
+    main(profile)
