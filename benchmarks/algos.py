@@ -33,23 +33,34 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="run in this directory and keep it")
     ap.add_argument("-S", dest="overrides", action="append", default=[], help="param override")
     ap.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME:ALGO:KEY=VALUE,...",
+        help="a further run, e.g. oc-uncorrected:oc_grpo:train.oc_grpo.correction=none",
+    )
     args = ap.parse_args()
     work = scratch_copy(args.keep)
     sets = [x for o in args.overrides for x in ("-S", o)]
     t0 = time.perf_counter()
     sh(work, "dvc", "exp", "run", *sets, "--name", "shared")
     print(f"shared stages: {time.perf_counter() - t0:.0f} s", flush=True)
+    runs = [(algo, algo, []) for algo in args.algos]
+    for spec in args.also:
+        name, algo, extra = (spec.split(":", 2) + [""])[:3]
+        runs.append((name, algo, [x for kv in extra.split(",") if kv for x in ("-S", kv)]))
     results = {}
-    for algo in args.algos:
+    for name, algo, extra in runs:
         t0 = time.perf_counter()
-        sh(work, "dvc", "exp", "run", *sets, "-S", f"algo={algo}", "--name", algo)
+        sh(work, "dvc", "exp", "run", *sets, "-S", f"algo={algo}", *extra, "--name", name)
         seconds = time.perf_counter() - t0
-        results[algo] = {
+        results[name] = {
             "levels": paired_levels(work / "data/eval_samples.parquet"),
             "rollouts": total_rollouts(work),
             "seconds": round(seconds, 1),
         }
-        print(f"{algo}: {seconds:.0f} s, {results[algo]['rollouts']} rollouts", flush=True)
+        print(f"{name}: {seconds:.0f} s, {results[name]['rollouts']} rollouts", flush=True)
 
     levels = sorted(next(iter(results.values()))["levels"])
     base = {lv: next(iter(results.values()))["levels"][lv]["base"] for lv in levels}

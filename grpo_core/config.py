@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from grpo_core.algos import ALGOS, apply_preset
 from grpo_core.errors import InputError
@@ -19,6 +26,16 @@ from grpo_core.errors import InputError
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+def _increasing(fractions: list[float]) -> list[float]:
+    if fractions != sorted(set(fractions)):
+        raise ValueError(f"fractions {fractions} must be increasing and distinct")
+    return fractions
+
+
+# Reference-solution prefix fractions, tried in order (OC-GRPO guidance).
+Fractions = Annotated[list[Fraction], Field(min_length=1), AfterValidator(_increasing)]
 Level = Annotated[int, Field(ge=1, le=5)]
 
 
@@ -146,9 +163,8 @@ class OffContextParams(Section):
         "failed group with reference-solution prefixes of increasing `fractions` until one "
         "rollout is correct; fixed: re-roll once with the fraction data/guides.parquet found.",
     )
-    fractions: list[Fraction] = Field(
+    fractions: Fractions = Field(
         default=[0.2, 0.4, 0.6, 0.8, 1.0],
-        min_length=1,
         description="Guidance fractions tried in order by the adaptive mode.",
     )
     correction: Literal["importance", "none"] = Field(
@@ -166,8 +182,6 @@ class OffContextParams(Section):
     def _clip_order(self) -> OffContextParams:
         if self.c_min > self.c_max:
             raise ValueError(f"c_min ({self.c_min}) must not exceed c_max ({self.c_max})")
-        if self.fractions != sorted(set(self.fractions)):
-            raise ValueError(f"fractions {self.fractions} must be increasing and distinct")
         return self
 
 
@@ -282,18 +296,11 @@ class GuideParams(SamplingParams):
     """`guide` stage: for profiled questions the base never solved, the smallest prefix of
     the reference solution that unlocks them (OC-GRPO's fixed guidance)."""
 
-    fractions: list[Fraction] = Field(
+    fractions: Fractions = Field(
         default=[0.2, 0.4, 0.6, 0.8, 1.0],
-        min_length=1,
         description="Prefix fractions tried in order; a question keeps the first one with at "
         "least one correct completion among `samples`.",
     )
-
-    @model_validator(mode="after")
-    def _increasing(self) -> GuideParams:
-        if self.fractions != sorted(set(self.fractions)):
-            raise ValueError(f"fractions {self.fractions} must be increasing and distinct")
-        return self
 
 
 class EvalParams(SamplingParams):
