@@ -26,8 +26,9 @@ def difficulty_bin(pass_rate: float) -> str:
     return "hard" if pass_rate < 0.5 else "easy"
 
 
-def is_correct(reward: float) -> bool:
-    """A completion counts as solving its question when its reward is full (1)."""
+def is_correct(reward):
+    """A completion counts as solving its question when its reward is full (1); works on
+    floats and on reward tensors alike."""
     return reward >= 1.0
 
 

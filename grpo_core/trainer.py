@@ -21,6 +21,7 @@ from grpo_core.codapo import (
     select_for_resampling,
 )
 from grpo_core.config import TrainParams
+from grpo_core.difficulty import is_correct
 from grpo_core.losses import KL_ESTIMATORS, POLICY_LOSSES, agg_loss, masked_mean
 from grpo_core.offcontext import guide_prefix, importance_weights
 from grpo_core.rewards import score
@@ -148,7 +149,7 @@ class GRPOTrainer:
 
     def _guide_failed(self, questions: list[Question], sampled: Sampled) -> Sampled:
         cfg, g = self.cfg.oc_grpo, self.cfg.group_size
-        solved = (sampled.rewards >= 1).view(-1, g).any(dim=1).tolist()
+        solved = is_correct(sampled.rewards).view(-1, g).any(dim=1).tolist()
         pending = [i for i, ok in enumerate(solved) if not ok and questions[i].solution]
         parts, chosen = [sampled], {}  # group -> (part, group within part, fraction)
         # fixed: one round at each question's own fraction (from data/guides.parquet);
@@ -161,7 +162,7 @@ class GRPOTrainer:
             prefixes = [guide_prefix(questions[i].solution, f) for i, f in todo]
             part = self._sample([questions[i] for i, _ in todo], prefixes)
             parts.append(part)
-            part_solved = (part.rewards >= 1).view(-1, g).any(dim=1).tolist()
+            part_solved = is_correct(part.rewards).view(-1, g).any(dim=1).tolist()
             for j, (i, f) in enumerate(todo):
                 if cfg.mode == "fixed" or part_solved[j]:
                     chosen[i] = (len(parts) - 1, j, f)
@@ -338,7 +339,7 @@ class GRPOTrainer:
                 )
         ro, rewards = sampled.ro, sampled.rewards
         old_logp, entropy = self.score(ro)
-        correct = rewards >= 1
+        correct = is_correct(rewards)
         confidence = question_confidence(old_logp, ro.completion_mask, g)
         difficulty = question_difficulty(correct, g)
         metrics = rollout_metrics(ro, rewards, g)
@@ -420,7 +421,7 @@ class GRPOTrainer:
         mean, std = grouped.mean(dim=1).tolist(), grouped.std(dim=1).tolist()
         length = ro.lengths.float().view(-1, g).mean(dim=1).tolist()
         seq_logp = masked_mean(old_logp, ro.completion_mask, dim=1).view(-1, g)
-        correct = (sampled.rewards >= 1).view(-1, g)
+        correct = is_correct(sampled.rewards).view(-1, g)
         n_correct = correct.sum(dim=1)
         logp_correct = ((seq_logp * correct).sum(dim=1) / n_correct.clamp(min=1)).tolist()
         logp_wrong = ((seq_logp * ~correct).sum(dim=1) / (g - n_correct).clamp(min=1)).tolist()
