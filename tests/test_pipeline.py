@@ -112,6 +112,22 @@ def test_repro_builds_every_artifact(repo):
     assert {"reward", "reward_std", "frac_reward_zero_std", "entropy", "clip_ratio"} <= set(
         train_metrics
     )
+    import pyarrow.parquet as pq
+
+    profile = pq.read_table(repo / "data/profile.parquet").to_pylist()
+    assert len(profile) == SMALL["profile"]["max_per_level"]  # one level, train.levels = [1]
+    assert all(
+        r["samples"] == 4 and r["bin"] in ("unsolved", "hard", "easy", "solved") for r in profile
+    )
+    unsolved = {r["id"] for r in profile if r["bin"] == "unsolved"}
+    guides = pq.read_table(repo / "data/guides.parquet").to_pylist()
+    assert {r["id"] for r in guides} == unsolved
+    assert all(r["fraction"] in (None, 0.5, 1.0) for r in guides)
+    log = pq.read_table(repo / "data/rollouts.parquet")
+    assert log.num_rows == 2 * 4  # steps x prompts_per_step
+    assert {"confidence", "difficulty", "adv_abs_mean", "guided", "trained"} <= set(
+        log.column_names
+    )
     plots = sh(repo, "dvc", "plots", "show", "--json")
     assert "accuracy by level" in plots.stdout and "metrics/train/plots/metrics" in plots.stdout
     sh(repo, "git", "add", "-A")
