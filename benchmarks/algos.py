@@ -53,6 +53,9 @@ def main() -> None:
     results = {}
     for name, algo, extra in runs:
         t0 = time.perf_counter()
+        # `dvc exp run -S` leaves its params in the workspace: start each run from the
+        # committed params.yaml, so no run inherits the previous run's overrides.
+        sh(work, "git", "checkout", "--", "params.yaml")
         sh(work, "dvc", "exp", "run", *sets, "-S", f"algo={algo}", *extra, "--name", name)
         seconds = time.perf_counter() - t0
         results[name] = {

@@ -167,6 +167,12 @@ class OffContextParams(Section):
         default=[0.2, 0.4, 0.6, 0.8, 1.0],
         description="Guidance fractions tried in order by the adaptive mode.",
     )
+    guided_rollouts: PositiveInt | None = Field(
+        None,
+        description="How many of a failed group's G rollouts are replaced by guided ones; null "
+        "replaces all G. Fewer keep unguided failures in the group, so a guide that makes every "
+        "guided rollout correct still leaves a reward contrast (and a gradient) in the group.",
+    )
     correction: Literal["importance", "none"] = Field(
         "importance",
         description="importance: weight each token's advantage by the clipped ratio of the "

@@ -118,20 +118,22 @@ class GRPOTrainer:
         return queue + draw(self.cfg.prompts_per_step - len(queue))
 
     # ---- rollouts ---------------------------------------------------------------------
-    def _sample(self, questions: list[Question], prefixes: list[str] | None = None) -> Sampled:
+    def _sample(
+        self, questions: list[Question], prefixes: list[str] | None = None, n: int | None = None
+    ) -> Sampled:
+        n = n or self.cfg.group_size
         ro = generate(
             self.policy,
             self.tokenizer,
             [q.prompt for q in questions],
-            num_samples=self.cfg.group_size,
+            num_samples=n,
             temperature=self.cfg.temperature,
             max_new_tokens=self.cfg.max_new_tokens,
             prefixes=prefixes,
         )
-        g = self.cfg.group_size
         rewards = torch.tensor(
             [
-                score(questions[i // g].domain, text, questions[i // g].answer)
+                score(questions[i // n].domain, text, questions[i // n].answer)
                 for i, text in enumerate(ro.texts)
             ],
             device=ro.input_ids.device,
@@ -149,6 +151,7 @@ class GRPOTrainer:
 
     def _guide_failed(self, questions: list[Question], sampled: Sampled) -> Sampled:
         cfg, g = self.cfg.oc_grpo, self.cfg.group_size
+        k = min(cfg.guided_rollouts or g, g)  # guided rollouts per re-rolled group
         solved = is_correct(sampled.rewards).view(-1, g).any(dim=1).tolist()
         pending = [i for i, ok in enumerate(solved) if not ok and questions[i].solution]
         parts, chosen = [sampled], {}  # group -> (part, group within part, fraction)
@@ -160,9 +163,9 @@ class GRPOTrainer:
             if not todo:
                 break
             prefixes = [guide_prefix(questions[i].solution, f) for i, f in todo]
-            part = self._sample([questions[i] for i, _ in todo], prefixes)
+            part = self._sample([questions[i] for i, _ in todo], prefixes, n=k)
             parts.append(part)
-            part_solved = is_correct(part.rewards).view(-1, g).any(dim=1).tolist()
+            part_solved = is_correct(part.rewards).view(-1, k).any(dim=1).tolist()
             for j, (i, f) in enumerate(todo):
                 if cfg.mode == "fixed" or part_solved[j]:
                     chosen[i] = (len(parts) - 1, j, f)
@@ -172,10 +175,15 @@ class GRPOTrainer:
         offsets = [0]
         for part in parts[:-1]:
             offsets.append(offsets[-1] + len(part.rewards))
+        # A re-rolled group keeps its first g - k unguided rollouts and takes k guided ones.
         rows, fractions_out = [], []
         for i in range(len(questions)):
-            k, j, f = chosen.get(i, (0, i, None))
-            rows.extend(range(offsets[k] + j * g, offsets[k] + (j + 1) * g))
+            part, j, f = chosen.get(i, (0, i, None))
+            if part == 0:
+                rows.extend(range(i * g, (i + 1) * g))
+            else:
+                rows.extend(range(i * g, i * g + g - k))
+                rows.extend(range(offsets[part] + j * k, offsets[part] + (j + 1) * k))
             fractions_out.append(f)
         ro = concat_rollouts([p.ro for p in parts], self.tokenizer.pad_token_id).select(rows)
         rewards = torch.cat([p.rewards for p in parts])[rows]
@@ -357,7 +365,7 @@ class GRPOTrainer:
         if cfg.oc_grpo.mode != "off":
             oc = cfg.oc_grpo
             weights = importance_weights(old_logp, ro.guide_mask, oc.gamma, oc.c_min, oc.c_max)
-            guided_rows = guided.repeat_interleave(g).unsqueeze(1)
+            guided_rows = ro.guide_mask.bool().any(dim=1, keepdim=True)
             if oc.correction == "importance" and guided.any():
                 token_weights = torch.where(guided_rows, weights, torch.ones_like(weights))
             prefix = ro.guide_mask.bool() & ro.completion_mask.bool()

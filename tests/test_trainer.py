@@ -301,3 +301,25 @@ def test_codapo_reweights_advantages_and_resamples_the_next_batch(
     assert metrics["codapo/resampled_questions"] == len(queue)
     assert [r["resampled"] for r in rows] == [True] * len(queue) + [False] * (8 - len(queue))
     assert trainer.resample_queue == []
+
+
+def test_oc_grpo_mixed_groups_keep_unguided_failures_beside_guided_rollouts(
+    tokenizer, tiny_model, needs_the_solution
+):
+    """With guided_rollouts=4 of G=8, a failed group keeps 4 unguided failures and takes 4
+    guided successes: a reward contrast, so the group trains, where a fully guided group
+    (all correct) would carry no gradient."""
+    from dataclasses import replace
+
+    questions = [replace(q, guide_fraction=1.0) for q in needs_the_solution[:2]]
+    questions += needs_the_solution[2:]
+    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed", guided_rollouts=4))
+    torch.manual_seed(0)
+    metrics, rows = trainer.step(questions)
+    assert metrics["num_rollouts"] == 4 * 8 + 2 * 4
+    assert [r["reward_mean"] for r in rows] == [0.5, 0.5, 0.0, 0.0]
+    assert [r["trained"] for r in rows] == [True, True, False, False]
+    full = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed"))
+    torch.manual_seed(0)
+    _, rows = full.step(questions)
+    assert [r["trained"] for r in rows] == [False] * 4  # all-correct guided groups: std 0
