@@ -161,7 +161,8 @@ class OffContextParams(Section):
         "off",
         description="Set by `algo: oc_grpo` (fixed); null in params.yaml. adaptive: re-roll a "
         "failed group with reference-solution prefixes of increasing `fractions` until one "
-        "rollout is correct; fixed: re-roll once with the fraction data/guides.parquet found.",
+        "rollout is correct; fixed: re-roll once with the fraction data/guides.parquet found, "
+        "and a question it has no fraction for (not profiled, or not unlocked) as adaptive.",
     )
     fractions: Fractions = Field(
         default=[0.2, 0.4, 0.6, 0.8, 1.0],

@@ -155,21 +155,26 @@ class GRPOTrainer:
         solved = is_correct(sampled.rewards).view(-1, g).any(dim=1).tolist()
         pending = [i for i, ok in enumerate(solved) if not ok and questions[i].solution]
         parts, chosen = [sampled], {}  # group -> (part, group within part, fraction)
-        # fixed: one round at each question's own fraction (from data/guides.parquet);
-        # adaptive: the fractions in turn, for the groups that are still unsolved.
-        for fraction in [None] if cfg.mode == "fixed" else cfg.fractions:
+        # fixed: one round at each question's own fraction (from data/guides.parquet), kept
+        # whatever its rewards; then, for the groups with no measured fraction (not profiled,
+        # or not unlocked by the guide stage) and in adaptive mode for all, the fractions in
+        # turn until a rollout is correct.
+        rounds = ([None] if cfg.mode == "fixed" else []) + list(cfg.fractions)
+        for fraction in rounds:
             todo = [(i, fraction or questions[i].guide_fraction) for i in pending]
             todo = [(i, f) for i, f in todo if f is not None]
             if not todo:
-                break
+                continue
             prefixes = [guide_prefix(questions[i].solution, f) for i, f in todo]
             part = self._sample([questions[i] for i, _ in todo], prefixes, n=k)
             parts.append(part)
             part_solved = is_correct(part.rewards).view(-1, k).any(dim=1).tolist()
             for j, (i, f) in enumerate(todo):
-                if cfg.mode == "fixed" or part_solved[j]:
+                if fraction is None or part_solved[j]:
                     chosen[i] = (len(parts) - 1, j, f)
             pending = [i for i in pending if i not in chosen]
+            if not pending:
+                break
         if len(parts) == 1:
             return sampled
         offsets = [0]

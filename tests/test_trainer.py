@@ -225,13 +225,31 @@ def test_oc_grpo_fixed_uses_each_questions_own_fraction(tokenizer, tiny_model, n
     from dataclasses import replace
 
     questions = [replace(q, guide_fraction=1.0) for q in needs_the_solution[:2]]
-    questions += needs_the_solution[2:]  # no guide found for these: they stay unguided
-    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed"))
+    questions += needs_the_solution[2:]  # no fraction measured for these
+    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed", fractions=[0.34, 1.0]))
     torch.manual_seed(0)
     metrics, rows = trainer.step(questions)
-    assert metrics["num_rollouts"] == 6 * 8
-    assert [r["guided"] for r in rows] == [True, True, False, False]
-    assert [r["reward_mean"] for r in rows] == [1.0, 1.0, 0.0, 0.0]
+    # 4 unguided groups fail; q0, q1 re-roll once at their own 1.0; q2, q3 fall back to the
+    # cascade: 0.34 fails, 1.0 succeeds. 4 + 2 + 2 + 2 groups of 8.
+    assert metrics["num_rollouts"] == 10 * 8
+    assert [r["guide_fraction"] for r in rows] == [1.0, 1.0, 1.0, 1.0]
+    assert [r["reward_mean"] for r in rows] == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_oc_grpo_fixed_keeps_its_own_fraction_even_when_it_fails(
+    tokenizer, tiny_model, needs_the_solution
+):
+    """The measured fraction is the fixed mode's answer, not a first try: a group re-rolled
+    at it is kept unsolved, not cascaded further."""
+    from dataclasses import replace
+
+    questions = [replace(q, guide_fraction=0.34) for q in needs_the_solution]
+    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed", fractions=[0.34, 1.0]))
+    torch.manual_seed(0)
+    metrics, rows = trainer.step(questions)
+    assert metrics["num_rollouts"] == 8 * 8
+    assert [r["guide_fraction"] for r in rows] == [0.34] * 4
+    assert [r["reward_mean"] for r in rows] == [0.0] * 4
 
 
 def test_oc_grpo_correction_none_and_importance_differ_only_on_guided_tokens(
@@ -312,14 +330,15 @@ def test_oc_grpo_mixed_groups_keep_unguided_failures_beside_guided_rollouts(
     from dataclasses import replace
 
     questions = [replace(q, guide_fraction=1.0) for q in needs_the_solution[:2]]
-    questions += needs_the_solution[2:]
-    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed", guided_rollouts=4))
+    questions += needs_the_solution[2:]  # these cascade over `fractions`: [1.0]
+    oc = {"mode": "fixed", "fractions": [1.0]}
+    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(**oc, guided_rollouts=4))
     torch.manual_seed(0)
     metrics, rows = trainer.step(questions)
-    assert metrics["num_rollouts"] == 4 * 8 + 2 * 4
-    assert [r["reward_mean"] for r in rows] == [0.5, 0.5, 0.0, 0.0]
-    assert [r["trained"] for r in rows] == [True, True, False, False]
-    full = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed"))
+    assert metrics["num_rollouts"] == 4 * 8 + 2 * 4 + 2 * 4
+    assert [r["reward_mean"] for r in rows] == [0.5] * 4
+    assert [r["trained"] for r in rows] == [True] * 4
+    full = GRPOTrainer(tiny_model, tokenizer, _oc(**oc))
     torch.manual_seed(0)
     _, rows = full.step(questions)
     assert [r["trained"] for r in rows] == [False] * 4  # all-correct guided groups: std 0
