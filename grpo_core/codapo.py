@@ -21,9 +21,7 @@ from grpo_core.losses import masked_mean
 from grpo_core.registry import Registry
 
 
-def question_confidence(
-    logp: torch.Tensor, mask: torch.Tensor, group_size: int
-) -> torch.Tensor:
+def question_confidence(logp: torch.Tensor, mask: torch.Tensor, group_size: int) -> torch.Tensor:
     """c = exp(mean_i mean_t log pi(y_i,t)) per group: (B, T) token log-probs -> (B / G,)."""
     per_rollout = masked_mean(logp, mask, dim=1)
     return per_rollout.view(-1, group_size).mean(dim=1).exp()
@@ -34,8 +32,8 @@ def question_difficulty(correct: torch.Tensor, group_size: int) -> torch.Tensor:
     return 1.0 - correct.float().view(-1, group_size).mean(dim=1)
 
 
-VALUE_FUNCTIONS: Registry[Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = (
-    Registry("CoDaPO value function")
+VALUE_FUNCTIONS: Registry[Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = Registry(
+    "CoDaPO value function"
 )
 
 

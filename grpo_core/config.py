@@ -141,8 +141,9 @@ class CodapoParams(Section):
         True, description="Repeat high-value, learnable questions in the next mini-batch."
     )
     quantile: Annotated[float, Field(ge=0, le=1)] = Field(
-        0.75, description="Questions whose value is at or above this quantile of the batch's "
-        "values (and that are learnable: 0 < accuracy < 1) are resampled."
+        0.75,
+        description="Questions whose value is at or above this quantile of the batch's "
+        "values (and that are learnable: 0 < accuracy < 1) are resampled.",
     )
     copies: PositiveInt = Field(
         4, description="Groups (fresh rollouts each) per resampled question in the next batch."

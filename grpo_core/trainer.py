@@ -490,6 +490,7 @@ def run(
     bar = tqdm(range(steps), desc="grpo", unit="step")
     for step in bar:
         torch.manual_seed(seed * 100_003 + step)  # each step's sampling is reproducible alone
+
         def draw(n: int) -> list[Question]:
             return [questions[i] for i in sampler.next(n)]
 
