@@ -154,6 +154,8 @@ class GRPOTrainer:
         k = min(cfg.guided_rollouts or g, g)  # guided rollouts per re-rolled group
         solved = is_correct(sampled.rewards).view(-1, g).any(dim=1).tolist()
         pending = [i for i, ok in enumerate(solved) if not ok and questions[i].solution]
+        if not pending:
+            return sampled
         parts, chosen = [sampled], {}  # group -> (part, group within part, fraction)
         # fixed: one round at each question's own fraction (from data/guides.parquet), kept
         # whatever its rewards; then, for the groups with no measured fraction (not profiled,
@@ -163,7 +165,7 @@ class GRPOTrainer:
         for fraction in rounds:
             todo = [(i, fraction or questions[i].guide_fraction) for i in pending]
             todo = [(i, f) for i, f in todo if f is not None]
-            if not todo:
+            if not todo:  # fixed mode, no question with a measured fraction
                 continue
             prefixes = [guide_prefix(questions[i].solution, f) for i, f in todo]
             part = self._sample([questions[i] for i, _ in todo], prefixes, n=k)

@@ -221,7 +221,9 @@ def test_oc_grpo_adaptive_re_rolls_failed_groups_with_growing_prefixes(
     assert 0.01 <= metrics["oc/prefix_weight_mean"] < 0.2
 
 
-def test_oc_grpo_fixed_uses_each_questions_own_fraction(tokenizer, tiny_model, needs_the_solution):
+def test_oc_grpo_fixed_uses_each_questions_own_fraction_and_cascades_where_none_is_known(
+    tokenizer, tiny_model, needs_the_solution
+):
     from dataclasses import replace
 
     questions = [replace(q, guide_fraction=1.0) for q in needs_the_solution[:2]]
