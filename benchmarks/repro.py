@@ -54,6 +54,8 @@ def scratch_copy(keep: Path | None = None) -> Path:
 
 def paired_levels(samples_path: Path) -> dict[int, dict[str, float]]:
     t = pq.read_table(samples_path).to_pandas()
+    if "decoding" in t:  # greedy rows are reported apart, as `greedy` in metrics/eval.json
+        t = t[t["decoding"] == "sampled"]
     per_q = t.groupby(["model", "level", "id"])["reward"].mean().unstack("model")
     out = {}
     for level, frame in per_q.groupby(level="level"):

@@ -14,6 +14,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -36,7 +37,8 @@ def _increasing(fractions: list[float]) -> list[float]:
 
 # Reference-solution prefix fractions, tried in order (OC-GRPO guidance).
 Fractions = Annotated[list[Fraction], Field(min_length=1), AfterValidator(_increasing)]
-Level = Annotated[int, Field(ge=1, le=5)]
+TinyLevel = Annotated[int, Field(ge=1, le=5)]
+Level = Annotated[int, Field(ge=0, le=5)]  # 0: a real dataset without difficulty levels
 
 
 class Section(BaseModel):
@@ -44,13 +46,40 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class DatasetSpec(Section):
+    """A real dataset, mapped to the problem schema by an adapter (grpo_core.adapters)."""
+
+    name: str = Field(
+        description="Adapter name: gsm8k, math_train, math500, aime24, aime25, amc23, "
+        "minerva_math, olympiadbench, gpqa_diamond, arc_challenge, mmlu_stem, humaneval, mbpp."
+    )
+    path: str | None = Field(
+        None,
+        description="A local file in the dataset's own column layout (parquet, json, jsonl, "
+        "csv), e.g. under data/raw/ (a dependency of `prepare`); null loads the adapter's hub "
+        "id through `datasets` (needs the network or a warm HF cache).",
+    )
+    split: str | None = Field(None, description="Dataset split; null: the adapter's default.")
+    limit: PositiveInt | None = Field(None, description="At most this many problems (first ones).")
+
+
+def _dataset_spec(value: object) -> object:
+    # `- math500` is shorthand for `- {name: math500}`.
+    return {"name": value} if isinstance(value, str) else value
+
+
+DatasetList = list[Annotated[DatasetSpec, BeforeValidator(_dataset_spec)]]
+
+
 class DataParams(Section):
     """`prepare` stage: which problems exist and how the splits are drawn."""
 
-    domains: list[Literal["arith"]] = Field(
-        default=["arith"], min_length=1, description="Tiny-world domains to generate."
+    domains: list[Literal["arith", "mcq", "code"]] = Field(
+        default=["arith"],
+        description="Tiny-world generators: arith (math: L-digit addition), mcq (multiple "
+        "choice), code (a small Python function, checked in the sandbox); [] for none.",
     )
-    levels: list[Level] = Field(
+    levels: list[TinyLevel] = Field(
         default=[1, 2, 3, 4, 5], min_length=1, description="Difficulty levels (1 = easiest)."
     )
     train_per_level: PositiveInt = Field(2000, description="Training problems per level.")
@@ -60,6 +89,23 @@ class DataParams(Section):
         "standard error of a level's base-vs-policy difference under 2 points (measured by "
         "benchmarks/repro.py on the default run).",
     )
+    train: DatasetList = Field(
+        default=[],
+        description="Real datasets added to the train split, e.g. [gsm8k, math_train]. Their "
+        "problems have level 0 unless the dataset grades difficulty (MATH: 1-5), so include 0 "
+        "in train.levels to train on them.",
+    )
+    eval: DatasetList = Field(
+        default=[],
+        description="Real benchmarks added to the eval split, e.g. [math500, aime24, "
+        "gpqa_diamond, humaneval]; each is reported on its own in metrics/eval.json.",
+    )
+
+    @model_validator(mode="after")
+    def _some_problems(self) -> DataParams:
+        if not self.domains and not (self.train and self.eval):
+            raise ValueError("no problems: give data.domains, or both data.train and data.eval")
+        return self
 
 
 class TinyModelParams(Section):
@@ -106,6 +152,11 @@ class ModelParams(Section):
         "Hugging Face hub id (e.g. Qwen/Qwen2.5-Math-1.5B) or a local model directory.",
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    chat: bool = Field(
+        False,
+        description="Wrap every prompt in the tokenizer's chat template as one user message "
+        "(instruct models). Base models, the tiny one included, take plain prompts.",
+    )
     tiny: TinyModelParams = TinyModelParams()
     sft: SFTParams = SFTParams()
 
@@ -199,7 +250,8 @@ class TrainParams(Section):
     levels: list[Level] = Field(
         default=[3, 4],
         min_length=1,
-        description="Levels to train on: the learnable band (solved sometimes, not always).",
+        description="Levels to train on: the learnable band (solved sometimes, not always); "
+        "0 is the level of real datasets that grade no difficulty.",
     )
     curriculum: Literal["all", "learnable", "easy", "hard", "unsolved"] = Field(
         "all",
@@ -317,6 +369,9 @@ class EvalParams(SamplingParams):
     samples: PositiveInt = Field(4, description="k samples per question (avg@k, pass@k).")
     temperature: PositiveFloat = Field(1.0, description="Sampling temperature, as papers report.")
     pass_at: list[PositiveInt] = Field(default=[4], description="k values reported as pass@k.")
+    greedy: bool = Field(
+        True, description="Also decode each question once greedily and report `greedy`."
+    )
 
     @model_validator(mode="after")
     def _pass_at_within_samples(self) -> EvalParams:
@@ -324,6 +379,51 @@ class EvalParams(SamplingParams):
         if too_big:
             raise ValueError(f"pass_at values {too_big} exceed samples ({self.samples})")
         return self
+
+
+class CodeRewardParams(Section):
+    """The sandbox that runs completions' programs against the problem's tests
+    (grpo_core.sandbox). Limits apply to each program."""
+
+    workers: PositiveInt = Field(2, description="Programs checked in parallel.")
+    timeout_s: PositiveFloat = Field(5.0, description="Wall-clock limit, seconds.")
+    cpu_time_s: PositiveInt = Field(5, description="CPU-time limit, seconds (RLIMIT_CPU).")
+    memory_mb: PositiveInt = Field(512, description="Address-space limit, MiB (RLIMIT_AS).")
+    max_output_bytes: PositiveInt = Field(
+        1 << 20, description="Output cap: a program printing more is killed (reward 0)."
+    )
+    max_processes: PositiveInt = Field(16, description="Processes a program may run at once.")
+    binary: bool = Field(
+        False, description="Reward 1 only when every test passes; else the fraction passed."
+    )
+
+
+class RewardWeights(Section):
+    """Weights of the training reward's components (TRL's reward_weights)."""
+
+    correct: float = Field(1.0, description="The verifier's reward (1 = solved).")
+    format: float = Field(
+        0.0,
+        description="Format reward: 1 when the answer is in the expected form (a closed "
+        "\\boxed{}, one 'Answer: X' letter, a program defining the entry point).",
+    )
+    overlong: float = Field(
+        0.0,
+        description="DAPO's soft overlong punishment (0 down to -1 over the last "
+        "`reward.overlong_cache` tokens of the budget); DAPO uses 1.",
+    )
+
+
+class RewardParams(Section):
+    """Verifiers (every stage that scores completions) and shaping (`train` only)."""
+
+    code: CodeRewardParams = CodeRewardParams()
+    weights: RewardWeights = RewardWeights()
+    overlong_cache: PositiveInt = Field(
+        16,
+        description="L_cache of the overlong punishment: completions longer than "
+        "max_new_tokens - overlong_cache tokens are penalised linearly.",
+    )
 
 
 class Params(Section):
@@ -339,6 +439,16 @@ class Params(Section):
     guide: GuideParams = GuideParams()
     train: TrainParams = TrainParams()
     eval: EvalParams = EvalParams()
+    reward: RewardParams = RewardParams()
+
+    @model_validator(mode="after")
+    def _overlong_cache_within_budget(self) -> Params:
+        cache, budget = self.reward.overlong_cache, self.train.max_new_tokens
+        if self.reward.weights.overlong and cache > budget:
+            raise ValueError(
+                f"reward.overlong_cache ({cache}) must not exceed train.max_new_tokens ({budget})"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -1,10 +1,13 @@
-"""Evaluation metrics as papers report them: avg@k accuracy, unbiased pass@k, per level."""
+"""Evaluation metrics as papers report them: avg@k accuracy, unbiased pass@k, maj@k and
+greedy accuracy; per benchmark, per domain and per difficulty level."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
+
+from grpo_core.difficulty import is_correct
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -19,33 +22,86 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
+def majority_correct(votes: list[str | None], correct: list[bool]) -> float:
+    """maj@k of one question from its k samples' final answers (`votes`, None = no answer).
+
+    Correct samples all equal the gold answer, so they form one cluster whatever their
+    surface form ("1/2", "0.5"); wrong answers cluster by their text. The question scores 1
+    when the gold cluster is strictly the largest, 1/m when it ties with m - 1 others (the
+    expected score of a uniform tie-break), and 0 otherwise or when no sample answered.
+    """
+    if len(votes) != len(correct):
+        raise ValueError(f"{len(votes)} votes for {len(correct)} samples")
+    gold = sum(correct)
+    wrong = Counter(v for v, ok in zip(votes, correct, strict=True) if not ok and v is not None)
+    top = max([gold, *wrong.values()])
+    if gold == 0 or gold < top:
+        return 0.0
+    return 1.0 / (1 + sum(n == top for n in wrong.values()))
+
+
+def _metrics(questions: list[dict], pass_at: list[int], maj: bool) -> dict[str, float]:
+    samples = [ok for q in questions for ok in q["correct"]]
+    out = {"accuracy": float(np.mean(samples))}
+    for k in pass_at:
+        out[f"pass@{k}"] = float(
+            np.mean([pass_at_k(len(q["correct"]), sum(q["correct"]), k) for q in questions])
+        )
+    if maj:
+        k = len(questions[0]["correct"])
+        out[f"maj@{k}"] = float(
+            np.mean([majority_correct(q["votes"], q["correct"]) for q in questions])
+        )
+    greedy = [q["greedy"] for q in questions if q["greedy"] is not None]
+    if greedy:
+        out["greedy"] = float(np.mean(greedy))
+    return out
+
+
 def summarize(
-    sources: list[str],
-    levels: list[int],
-    question_ids: list[str],
-    rewards: list[float],
-    pass_at: list[int],
-) -> dict[str, dict[str, float]]:
-    """Per benchmark (source): accuracy (mean reward over all samples = avg@k), pass@k for each
-    k in `pass_at` (mean over questions), and `levelN` accuracy. Rewards are 0/1 per sample."""
-    per_question: dict[tuple[str, str], list[float]] = defaultdict(list)
-    level_of: dict[tuple[str, str], int] = {}
-    for s, lv, q, r in zip(sources, levels, question_ids, rewards, strict=True):
-        per_question[(s, q)].append(float(r))
-        level_of[(s, q)] = int(lv)
-    out: dict[str, dict[str, float]] = {}
-    for source in sorted({s for s, _ in per_question}):
-        keys = [key for key in per_question if key[0] == source]
-        samples = [r for key in keys for r in per_question[key]]
-        metrics = {"accuracy": float(np.mean(samples))}
-        for k in pass_at:
-            metrics[f"pass@{k}"] = float(
-                np.mean(
-                    [pass_at_k(len(per_question[q]), int(sum(per_question[q])), k) for q in keys]
-                )
-            )
-        for level in sorted({level_of[key] for key in keys}):
-            lv = [r for key in keys if level_of[key] == level for r in per_question[key]]
+    samples: list[dict], pass_at: list[int], greedy: list[dict] | None = None
+) -> dict[str, dict]:
+    """Metrics of one model from its sampled rows (`source`, `domain`, `level`, `id`,
+    `reward`, `answer`: the final answer, None if none) and optional greedy rows (`source`,
+    `id`, `reward`).
+
+    Per benchmark (source): `accuracy` (avg@k: the fraction of samples that solve their
+    question), `pass@k` for each k in `pass_at`, `maj@k` (k = samples per question; not for
+    code, whose answers are programs), `greedy`, and `levelN` accuracy for graded levels
+    (level 0 means ungraded). Under `by_domain`, the same over all benchmarks of a domain.
+    """
+    questions: dict[tuple[str, str], dict] = {}
+    for r in samples:
+        q = questions.setdefault(
+            (r["source"], r["id"]),
+            {
+                "source": r["source"],
+                "domain": r["domain"],
+                "level": int(r["level"]),
+                "correct": [],
+                "votes": [],
+                "greedy": None,
+            },
+        )
+        q["correct"].append(bool(is_correct(r["reward"])))
+        q["votes"].append(r.get("answer"))
+    for r in greedy or []:
+        questions[(r["source"], r["id"])]["greedy"] = float(is_correct(r["reward"]))
+
+    by_source: dict[str, list[dict]] = defaultdict(list)
+    by_domain: dict[str, list[dict]] = defaultdict(list)
+    for q in questions.values():
+        by_source[q["source"]].append(q)
+        by_domain[q["domain"]].append(q)
+    out: dict[str, dict] = {}
+    for source in sorted(by_source):
+        qs = by_source[source]
+        metrics = _metrics(qs, pass_at, maj=qs[0]["domain"] != "code")
+        for level in sorted({q["level"] for q in qs} - {0}):
+            lv = [ok for q in qs if q["level"] == level for ok in q["correct"]]
             metrics[f"level{level}"] = float(np.mean(lv))
         out[source] = metrics
+    out["by_domain"] = {
+        d: _metrics(qs, pass_at, maj=d != "code") for d, qs in sorted(by_domain.items())
+    }
     return out

@@ -3,13 +3,20 @@ fraction of its reference solution with which the model solves it at least once.
 
 from __future__ import annotations
 
+from grpo_core.code_reward import CodeRewardConfig
 from grpo_core.config import GuideParams
 from grpo_core.difficulty import is_correct
 from grpo_core.offcontext import guide_prefix
 from grpo_core.sample import sample_problems
 
 
-def find_guides(model, tokenizer, problems: list[dict], cfg: GuideParams) -> list[dict]:
+def find_guides(
+    model,
+    tokenizer,
+    problems: list[dict],
+    cfg: GuideParams,
+    code: CodeRewardConfig | None = None,
+) -> list[dict]:
     """Cascade over `cfg.fractions`: every problem still unsolved is tried at the next
     fraction with `cfg.samples` completions. One row per problem: `fraction` (the first that
     unlocked it, or None), `pass_rate` at that fraction (0 if none), `tried` (fractions tried).
@@ -21,7 +28,7 @@ def find_guides(model, tokenizer, problems: list[dict], cfg: GuideParams) -> lis
             break
         prefixes = [guide_prefix(p["solution"], fraction) for p in pending]
         rows = sample_problems(
-            model, tokenizer, pending, cfg, f"guide {fraction:g}", prefixes=prefixes
+            model, tokenizer, pending, cfg, f"guide {fraction:g}", prefixes=prefixes, code=code
         )
         correct = [0] * len(pending)
         for r in rows:

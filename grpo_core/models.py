@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -58,3 +59,10 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device=None
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model, tokenizer
+
+
+def uses_chat(path: str | Path) -> bool:
+    """Whether prompts for the model in `path` go through its chat template: decided by
+    `model.chat` in the `base` stage and recorded in the directory's grpo_lab.json."""
+    record = Path(path) / "grpo_lab.json"
+    return bool(json.loads(record.read_text()).get("chat", False)) if record.exists() else False

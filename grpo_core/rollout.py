@@ -91,26 +91,32 @@ def generate(
     temperature: float,
     max_new_tokens: int,
     prefixes: list[str] | None = None,
+    greedy: bool = False,
 ) -> Rollouts:
     """Sample `num_samples` completions per prompt; rows are grouped prompt by prompt.
 
     With `prefixes` (one per prompt, "" for none), each completion starts with its prompt's
     prefix, given to the sampler, and the completion (prefix included) still has at most
-    `max_new_tokens` tokens.
+    `max_new_tokens` tokens. `greedy` decodes the most likely token at every step instead
+    (temperature is then ignored).
     """
     if prefixes is not None and any(prefixes):
+        if greedy:
+            raise ValueError("greedy decoding of guided rollouts is not supported")
         return _generate_guided(
             model, tokenizer, prompts, prefixes, num_samples, temperature, max_new_tokens
         )
     repeated = [p for p in prompts for _ in range(num_samples)]
     enc = tokenizer(repeated, return_tensors="pt", padding=True, add_special_tokens=False)
     enc = {k: v.to(model.device) for k, v in enc.items()}
+    decoding = (
+        {"do_sample": False}
+        if greedy
+        else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+    )
     out = model.generate(
         **enc,
-        do_sample=True,
-        temperature=temperature,
-        top_k=0,
-        top_p=1.0,
+        **decoding,
         max_new_tokens=max_new_tokens,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from tqdm.auto import tqdm
 
+from grpo_core.code_reward import CodeRewardConfig
 from grpo_core.config import SamplingParams
 from grpo_core.losses import masked_mean
-from grpo_core.rewards import score
+from grpo_core.rewards import final_answer, verify_batch
 from grpo_core.rollout import generate, score_rollouts
 
 
@@ -19,16 +20,22 @@ def sample_problems(
     desc: str,
     prefixes: list[str] | None = None,
     with_logprobs: bool = False,
+    code: CodeRewardConfig | None = None,
+    greedy: bool = False,
 ) -> list[dict]:
     """`cfg.samples` completions per problem (each problem a dict with at least `domain`,
-    `prompt`, `answer`), in generate calls of about `cfg.batch_size` sequences.
+    `prompt`, `answer`), in generate calls of about `cfg.batch_size` sequences; with `greedy`,
+    one greedy completion per problem instead.
 
     Returns one row per completion, problem by problem: `index` (into `problems`), `sample`,
-    `completion` (guide prefix included), `reward`, `length` (tokens), `truncated`, and with
-    `with_logprobs` the completion's `mean_logprob` (mean token log-prob under `model`).
+    `completion` (guide prefix included), `reward` (the verifier's, code checked in parallel
+    with `code`'s limits), `answer` (the final answer it commits to, None if none), `length`
+    (tokens), `truncated`, and with `with_logprobs` the completion's `mean_logprob` (mean token
+    log-prob under `model`).
     """
     model.eval()
-    per_call = max(1, cfg.batch_size // cfg.samples)
+    n = 1 if greedy else cfg.samples
+    per_call = max(1, cfg.batch_size // n)
     rows: list[dict] = []
     for start in tqdm(range(0, len(problems), per_call), desc=desc, unit="batch"):
         chunk = problems[start : start + per_call]
@@ -36,23 +43,28 @@ def sample_problems(
             model,
             tokenizer,
             [p["prompt"] for p in chunk],
-            cfg.samples,
+            n,
             cfg.temperature,
             cfg.max_new_tokens,
             prefixes=None if prefixes is None else prefixes[start : start + per_call],
+            greedy=greedy,
         )
         lengths = ro.lengths.tolist()
         mean_logp: list[float] = []
         if with_logprobs:
             logp, _ = score_rollouts(model, ro, cfg.temperature, cfg.batch_size)
             mean_logp = masked_mean(logp, ro.completion_mask, dim=1).tolist()
+        owners = [chunk[i // n] for i in range(len(ro.texts))]
+        rewards = verify_batch(
+            [p["domain"] for p in owners], ro.texts, [p["answer"] for p in owners], code
+        )
         for i, text in enumerate(ro.texts):
-            p = chunk[i // cfg.samples]
             row = {
-                "index": start + i // cfg.samples,
-                "sample": i % cfg.samples,
+                "index": start + i // n,
+                "sample": i % n,
                 "completion": text,
-                "reward": score(p["domain"], text, p["answer"]),
+                "reward": rewards[i],
+                "answer": final_answer(owners[i]["domain"], text),
                 "length": lengths[i],
                 "truncated": bool(ro.truncated[i]),
             }

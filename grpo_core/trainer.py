@@ -20,11 +20,11 @@ from grpo_core.codapo import (
     resampled_batch,
     select_for_resampling,
 )
-from grpo_core.config import TrainParams
+from grpo_core.config import RewardParams, TrainParams
 from grpo_core.difficulty import is_correct
 from grpo_core.losses import KL_ESTIMATORS, POLICY_LOSSES, agg_loss, masked_mean
 from grpo_core.offcontext import guide_prefix, importance_weights
-from grpo_core.rewards import score
+from grpo_core.rewards import format_reward, overlong_penalty, shaped_rewards, verify_batch
 from grpo_core.rollout import (
     Rollouts,
     concat_rollouts,
@@ -50,9 +50,36 @@ class Sampled:
     """One step's rollouts: G rows per question, group by group."""
 
     ro: Rollouts
-    rewards: torch.Tensor  # (B,)
+    rewards: torch.Tensor  # (B,) the training reward: weighted sum of the components
+    components: dict[str, torch.Tensor]  # (B,) each: correct (the verifier's), format, overlong
     fractions: list[float | None]  # per group: the guide fraction, None if unguided
     num_rollouts: int  # completions generated, guided re-rolls included
+
+    @property
+    def solved(self) -> torch.Tensor:
+        """(B,) bool: the completion solves its question (full verifier reward)."""
+        return is_correct(self.components["correct"])
+
+    def select(self, rows: list[int] | torch.Tensor) -> Sampled:
+        """The given rollout rows (`fractions` is per group and left to the caller)."""
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.rewards.device)
+        return Sampled(
+            self.ro.select(rows),
+            self.rewards[rows],
+            {k: v[rows] for k, v in self.components.items()},
+            self.fractions,
+            self.num_rollouts,
+        )
+
+    @staticmethod
+    def cat(parts: list[Sampled], pad_id: int) -> Sampled:
+        return Sampled(
+            concat_rollouts([p.ro for p in parts], pad_id),
+            torch.cat([p.rewards for p in parts]),
+            {k: torch.cat([p.components[k] for p in parts]) for k in parts[0].components},
+            [f for p in parts for f in p.fractions],
+            sum(p.num_rollouts for p in parts),
+        )
 
 
 class QuestionSampler:
@@ -91,11 +118,20 @@ class GRPOTrainer:
     """One process, one policy. `reference` is None when kl_coef is 0; with LoRA the
     reference is the policy with its adapters disabled (no second copy of the weights)."""
 
-    def __init__(self, policy, tokenizer, cfg: TrainParams, reference=None):
+    def __init__(
+        self,
+        policy,
+        tokenizer,
+        cfg: TrainParams,
+        reference=None,
+        reward: RewardParams | None = None,
+    ):
         self.policy = policy
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.reference = reference
+        self.reward = reward or RewardParams()
+        self.code = self.reward.code
         self.advantage_fn = get_advantage(cfg.advantage)
         self.kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
         self.policy_loss = POLICY_LOSSES.get("clipped")
@@ -131,14 +167,23 @@ class GRPOTrainer:
             max_new_tokens=self.cfg.max_new_tokens,
             prefixes=prefixes,
         )
-        rewards = torch.tensor(
-            [
-                score(questions[i // n].domain, text, questions[i // n].answer)
-                for i, text in enumerate(ro.texts)
-            ],
-            device=ro.input_ids.device,
+        owners = [questions[i // n] for i in range(len(ro.texts))]
+        domains, answers = [q.domain for q in owners], [q.answer for q in owners]
+        device = ro.input_ids.device
+        correct = verify_batch(domains, ro.texts, answers, self.code)
+        fmt = [format_reward(d, t, a) for d, t, a in zip(domains, ro.texts, answers, strict=True)]
+        overlong = None
+        if self.reward.weights.overlong:
+            overlong = overlong_penalty(
+                ro.lengths, self.cfg.max_new_tokens, self.reward.overlong_cache
+            ).to(device)
+        rewards, components = shaped_rewards(
+            torch.tensor(correct, device=device),
+            torch.tensor(fmt, device=device),
+            overlong,
+            self.reward.weights,
         )
-        return Sampled(ro, rewards, [None] * len(questions), len(ro.texts))
+        return Sampled(ro, rewards, components, [None] * len(questions), len(ro.texts))
 
     def rollout(self, questions: list[Question]) -> Sampled:
         """G completions per question; with OC-GRPO, groups that all fail are re-rolled from
@@ -152,7 +197,7 @@ class GRPOTrainer:
     def _guide_failed(self, questions: list[Question], sampled: Sampled) -> Sampled:
         cfg, g = self.cfg.oc_grpo, self.cfg.group_size
         k = min(cfg.guided_rollouts or g, g)  # guided rollouts per re-rolled group
-        solved = is_correct(sampled.rewards).view(-1, g).any(dim=1).tolist()
+        solved = sampled.solved.view(-1, g).any(dim=1).tolist()
         pending = [i for i, ok in enumerate(solved) if not ok and questions[i].solution]
         if not pending:
             return sampled
@@ -170,7 +215,7 @@ class GRPOTrainer:
             prefixes = [guide_prefix(questions[i].solution, f) for i, f in todo]
             part = self._sample([questions[i] for i, _ in todo], prefixes, n=k)
             parts.append(part)
-            part_solved = is_correct(part.rewards).view(-1, k).any(dim=1).tolist()
+            part_solved = part.solved.view(-1, k).any(dim=1).tolist()
             for j, (i, f) in enumerate(todo):
                 if fraction is None or part_solved[j]:
                     chosen[i] = (len(parts) - 1, j, f)
@@ -192,9 +237,9 @@ class GRPOTrainer:
                 rows.extend(range(i * g, i * g + g - k))
                 rows.extend(range(offsets[part] + j * k, offsets[part] + (j + 1) * k))
             fractions_out.append(f)
-        ro = concat_rollouts([p.ro for p in parts], self.tokenizer.pad_token_id).select(rows)
-        rewards = torch.cat([p.rewards for p in parts])[rows]
-        return Sampled(ro, rewards, fractions_out, sum(p.num_rollouts for p in parts))
+        out = Sampled.cat(parts, self.tokenizer.pad_token_id).select(rows)
+        out.fractions = fractions_out
+        return out
 
     # ---- the update -------------------------------------------------------------------
     def _reference_logprobs(self, ids, attn, prompt_len) -> torch.Tensor | None:
@@ -346,18 +391,16 @@ class GRPOTrainer:
                 parts.append(self.rollout(extra))
                 questions = questions + extra
                 rounds += 1
-                sampled = Sampled(
-                    concat_rollouts([p.ro for p in parts], self.tokenizer.pad_token_id),
-                    torch.cat([p.rewards for p in parts]),
-                    [f for p in parts for f in p.fractions],
-                    sum(p.num_rollouts for p in parts),
-                )
+                sampled = Sampled.cat(parts, self.tokenizer.pad_token_id)
         ro, rewards = sampled.ro, sampled.rewards
         old_logp, entropy = self.score(ro)
-        correct = is_correct(rewards)
+        correct = sampled.solved
         confidence = question_confidence(old_logp, ro.completion_mask, g)
         difficulty = question_difficulty(correct, g)
         metrics = rollout_metrics(ro, rewards, g)
+        for name, values in sampled.components.items():
+            metrics[f"rewards/{name}/mean"] = values.mean().item()
+            metrics[f"rewards/{name}/std"] = values.std().item() if len(values) > 1 else 0.0
         metrics["sampling_rounds"] = float(rounds)
         metrics["num_rollouts"] = float(sampled.num_rollouts)
 
@@ -436,7 +479,7 @@ class GRPOTrainer:
         mean, std = grouped.mean(dim=1).tolist(), grouped.std(dim=1).tolist()
         length = ro.lengths.float().view(-1, g).mean(dim=1).tolist()
         seq_logp = masked_mean(old_logp, ro.completion_mask, dim=1).view(-1, g)
-        correct = is_correct(sampled.rewards).view(-1, g)
+        correct = sampled.solved.view(-1, g)
         n_correct = correct.sum(dim=1)
         logp_correct = ((seq_logp * correct).sum(dim=1) / n_correct.clamp(min=1)).tolist()
         logp_wrong = ((seq_logp * ~correct).sum(dim=1) / (g - n_correct).clamp(min=1)).tolist()

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import shutil
 
+from transformers import AutoTokenizer
+
 from grpo_core.config import Params
+from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json
 from grpo_core.models import resolve_model
 from grpo_core.schema import read_problems
@@ -25,11 +28,15 @@ def base(params: Params) -> None:
     cfg = params.model
     if cfg.name != "tiny":
         source, record = resolve_model(cfg.name, cfg.revision)
+        if cfg.chat and not AutoTokenizer.from_pretrained(source).chat_template:
+            raise InputError(f"model.chat: {cfg.name!r} has no chat template (a base model?)")
         with atomic_path(OUT) as tmp:
             shutil.copytree(source, tmp, ignore=shutil.ignore_patterns(".*"))
-            write_json(record, tmp / "grpo_lab.json")
+            write_json({**record, "chat": cfg.chat}, tmp / "grpo_lab.json")
         log.info("models/base <- %s", record)
         return
+    if cfg.chat:
+        raise InputError("model.chat: the tiny model has no chat template; set it to false")
 
     train = read_problems("data/prepared/train.parquet")
     prompts = train.column("prompt").to_pylist()
@@ -48,6 +55,7 @@ def base(params: Params) -> None:
             "parameters": n,
             "sft_steps": cfg.sft.steps,
             "sft_final_loss": losses[-1] if losses else None,
+            "chat": False,
         }
         write_json(record, tmp / "grpo_lab.json")
 

@@ -1,5 +1,6 @@
-"""evaluate: params `eval`, `seed`, models/base, models/policy, the eval split ->
-metrics/eval.json, metrics/eval_by_level.csv (plot), data/eval_samples.parquet"""
+"""evaluate: params `eval`, `reward.code`, `seed`, models/base, models/policy, the eval split
+-> metrics/eval.json, metrics/eval_by_level.csv (plot), data/eval_samples.parquet (every
+sampled and greedy completion with its reward)"""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import io
 import pyarrow as pa
 import torch
 
-from grpo_core.config import EvalParams, Params
+from grpo_core.config import Params
 from grpo_core.evaluation import summarize
 from grpo_core.io import atomic_path, write_json, write_parquet
-from grpo_core.models import load_model
+from grpo_core.models import load_model, uses_chat
+from grpo_core.prompts import render_prompts
 from grpo_core.sample import sample_problems
 from grpo_core.schema import read_problems
 from stages.common import log, main
@@ -21,16 +23,30 @@ MODELS = {"base": "models/base", "policy": "models/policy"}
 
 
 def sample_model(
-    path: str, problems: list[dict], cfg: EvalParams, seed: int, name: str
-) -> list[dict]:
+    path: str, problems: list[dict], params: Params, name: str
+) -> tuple[list[dict], list[dict]]:
+    """Sampled rows (`eval.samples` per question) and greedy rows (one per question, if
+    `eval.greedy`) of one model, each with its problem's id, source, domain and level."""
+    cfg, code = params.eval, params.reward.code
     model, tokenizer = load_model(path)
-    torch.manual_seed(seed)
-    rows = sample_problems(model, tokenizer, problems, cfg, f"eval {name}")
-    out = []
-    for r in rows:
-        p = problems[r.pop("index")]
-        out.append({"model": name, **{k: p[k] for k in ("id", "source", "domain", "level")}, **r})
-    return out
+    problems = render_prompts(problems, tokenizer, uses_chat(path))
+    torch.manual_seed(params.seed)
+    runs = {"sampled": False, "greedy": True} if cfg.greedy else {"sampled": False}
+    out: dict[str, list[dict]] = {}
+    for run, greedy in runs.items():
+        rows = sample_problems(
+            model, tokenizer, problems, cfg, f"eval {name} {run}", code=code, greedy=greedy
+        )
+        out[run] = [
+            {
+                "model": name,
+                "decoding": run,
+                **{k: problems[r["index"]][k] for k in ("id", "source", "domain", "level")},
+                **{k: v for k, v in r.items() if k != "index"},
+            }
+            for r in rows
+        ]
+    return out["sampled"], out.get("greedy", [])
 
 
 def evaluate(params: Params) -> None:
@@ -39,22 +55,16 @@ def evaluate(params: Params) -> None:
     samples: list[dict] = []
     metrics: dict[str, dict] = {}
     for name, path in MODELS.items():
-        rows = sample_model(path, problems, cfg, params.seed, name)
-        samples.extend(rows)
-        metrics[name] = summarize(
-            [r["source"] for r in rows],
-            [r["level"] for r in rows],
-            [r["id"] for r in rows],
-            [r["reward"] for r in rows],
-            cfg.pass_at,
-        )
+        sampled, greedy = sample_model(path, problems, params, name)
+        samples.extend(sampled + greedy)
+        metrics[name] = summarize(sampled, cfg.pass_at, greedy)
         log.info("%s: %s", name, metrics[name])
 
     levels = sorted({p["level"] for p in problems})
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["source", "level", *MODELS])
-    for source in sorted(metrics["base"]):
+    for source in sorted(set(metrics["base"]) - {"by_domain"}):
         for level in levels:
             key = f"level{level}"
             if key in metrics["base"][source]:

@@ -1,5 +1,5 @@
-"""guide: params `guide`, `seed`, models/base, data/profile.parquet, the train split ->
-data/guides.parquet (for each profiled question the base never solved: the smallest
+"""guide: params `guide`, `reward.code`, `seed`, models/base, data/profile.parquet, the train
+split -> data/guides.parquet (for each profiled question the base never solved: the smallest
 reference-solution prefix fraction that unlocks it, or null)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import torch
 from grpo_core.config import Params
 from grpo_core.guides import find_guides
 from grpo_core.io import write_parquet
-from grpo_core.models import load_model
+from grpo_core.models import load_model, uses_chat
+from grpo_core.prompts import render_prompts
 from grpo_core.schema import read_problems
 from stages.common import log, main
 
@@ -34,8 +35,9 @@ def guide(params: Params) -> None:
     rows: list[dict] = []
     if problems:
         model, tokenizer = load_model("models/base")
+        problems = render_prompts(problems, tokenizer, uses_chat("models/base"))
         torch.manual_seed(params.seed)
-        rows = find_guides(model, tokenizer, problems, params.guide)
+        rows = find_guides(model, tokenizer, problems, params.guide, params.reward.code)
     write_parquet(pa.Table.from_pylist(rows, schema=GUIDE_SCHEMA), "data/guides.parquet")
     found = [r["fraction"] for r in rows if r["fraction"] is not None]
     log.info(

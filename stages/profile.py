@@ -1,4 +1,4 @@
-"""profile: params `profile`, `train.levels`, `seed`, models/base, the train split ->
+"""profile: params `profile`, `train.levels`, `reward.code`, `seed`, models/base, the train split ->
 data/profile.parquet (per question: pass rate, confidence, mean length, difficulty bin)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from grpo_core.config import Params
 from grpo_core.difficulty import summarize_profile
 from grpo_core.errors import InputError
 from grpo_core.io import write_parquet
-from grpo_core.models import load_model
+from grpo_core.models import load_model, uses_chat
+from grpo_core.prompts import render_prompts
 from grpo_core.sample import sample_problems
 from grpo_core.schema import read_problems
 from stages.common import log, main
@@ -46,8 +47,17 @@ def profile(params: Params) -> None:
     if not problems:
         raise InputError(f"train.levels={params.train.levels}: no training problems to profile")
     model, tokenizer = load_model("models/base")
+    problems = render_prompts(problems, tokenizer, uses_chat("models/base"))
     torch.manual_seed(params.seed)
-    samples = sample_problems(model, tokenizer, problems, cfg, "profile", with_logprobs=True)
+    samples = sample_problems(
+        model,
+        tokenizer,
+        problems,
+        cfg,
+        "profile",
+        with_logprobs=True,
+        code=params.reward.code,
+    )
     rows = summarize_profile(problems, samples)
     out = pa.Table.from_pylist(rows, schema=PROFILE_SCHEMA)
     write_parquet(out, "data/profile.parquet")

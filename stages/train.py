@@ -6,6 +6,7 @@ data/rollouts.parquet (one row per question per step)"""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,7 +17,8 @@ from grpo_core.config import Params
 from grpo_core.difficulty import CURRICULA
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
-from grpo_core.models import load_model
+from grpo_core.models import load_model, uses_chat
+from grpo_core.prompts import render_prompt
 from grpo_core.schema import read_problems
 from grpo_core.trainer import GRPOTrainer, Question, add_lora, run
 from stages.common import log, main
@@ -77,16 +79,26 @@ def training_questions(params: Params) -> list[Question]:
     return questions
 
 
+def render_questions(questions: list[Question], tokenizer, chat: bool) -> list[Question]:
+    """Questions whose prompts went through the chat template where the model takes one."""
+    if not chat:
+        return questions
+    return [
+        dataclasses.replace(q, prompt=render_prompt(tokenizer, q.prompt, chat)) for q in questions
+    ]
+
+
 def train(params: Params) -> None:
     cfg = params.train
     questions = training_questions(params)
     policy, tokenizer = load_model("models/base")
+    questions = render_questions(questions, tokenizer, uses_chat("models/base"))
     reference = None
     if cfg.lora.enabled:
         policy = add_lora(policy, cfg.lora)
     elif cfg.kl_coef > 0:
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
-    trainer = GRPOTrainer(policy, tokenizer, cfg, reference=reference)
+    trainer = GRPOTrainer(policy, tokenizer, cfg, reference=reference, reward=params.reward)
 
     log_rows: list[dict] = []
     # Step metrics go to metrics/train (declared as metrics and plots in dvc.yaml); dvclive
@@ -107,7 +119,13 @@ def train(params: Params) -> None:
         policy.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         # The train params after the algo preset was applied: what this policy was trained with.
-        write_json({"algo": params.algo, "train": cfg.model_dump()}, tmp / "grpo_lab.json")
+        record = {
+            "algo": params.algo,
+            "train": cfg.model_dump(),
+            "reward": params.reward.model_dump(),
+            "chat": uses_chat("models/base"),
+        }
+        write_json(record, tmp / "grpo_lab.json")
     write_parquet(pa.Table.from_pylist(log_rows, schema=ROLLOUT_LOG), "data/rollouts.parquet")
 
 

@@ -15,7 +15,12 @@ def test_paired_difference_and_its_standard_error(tmp_path):
         ("base", "q2", [1, 0]),
         ("policy", "q2", [0, 1]),
     ]:
-        rows += [{"model": model, "level": 3, "id": q, "reward": float(r)} for r in rewards]
+        rows += [
+            {"model": model, "decoding": "sampled", "level": 3, "id": q, "reward": float(r)}
+            for r in rewards
+        ]
+        # greedy rows are not samples: they must not enter avg@k
+        rows.append({"model": model, "decoding": "greedy", "level": 3, "id": q, "reward": 1.0})
     path = tmp_path / "samples.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     out = paired_levels(path)

@@ -10,10 +10,12 @@ def test_repository_params_yaml_is_valid_and_complete():
         raw = yaml.safe_load(f)
     # Every declared field is spelled out in params.yaml, so users see every knob.
     assert set(raw) == set(Params.model_fields)
-    for section in ("data", "model", "profile", "guide", "train", "eval"):
+    for section in ("data", "model", "profile", "guide", "train", "eval", "reward"):
         assert set(raw[section]) == set(type(getattr(params, section)).model_fields), section
     for sub in ("codapo", "oc_grpo", "lora"):
         assert set(raw["train"][sub]) == set(type(getattr(params.train, sub)).model_fields), sub
+    for sub in ("code", "weights"):
+        assert set(raw["reward"][sub]) == set(type(getattr(params.reward, sub)).model_fields), sub
 
 
 def test_preset_knobs_are_null_in_params_yaml_so_algo_decides_them():
@@ -67,6 +69,16 @@ def test_a_knob_set_in_params_overrides_the_preset():
         ({"eval": {"samples": 2, "pass_at": [4]}}, ["pass_at values [4] exceed samples (2)"]),
         ({"model": {"tiny": {"hidden_size": 100, "num_heads": 3}}}, ["divisible by num_heads"]),
         ({"bogus": 1}, ["bogus: unknown key", "allowed keys here: seed, algo"]),
+        ({"data": {"domains": ["poetry"]}}, ["data.domains.0", "'arith'", "'code'"]),
+        ({"data": {"domains": []}}, ["no problems", "data.train and data.eval"]),
+        ({"data": {"eval": [{"path": "x.jsonl"}]}}, ["data.eval.0.name", "Field required"]),
+        ({"data": {"eval": [{"name": "math500", "limt": 5}]}}, ["data.eval.0.limt: unknown key"]),
+        ({"reward": {"code": {"workers": 0}}}, ["reward.code.workers"]),
+        (
+            {"reward": {"weights": {"overlong": 1.0}, "overlong_cache": 80}},
+            ["reward.overlong_cache (80) must not exceed train.max_new_tokens (72)"],
+        ),
+        ({"reward": {"weights": {"lenght": 1.0}}}, ["reward.weights.lenght: unknown key"]),
     ],
 )
 def test_bad_params_name_the_key(raw, expected):
@@ -85,3 +97,13 @@ def test_not_a_mapping_and_bad_yaml(tmp_path):
         load_params(bad)
     with pytest.raises(ParamsError, match="not found"):
         load_params(tmp_path / "missing.yaml")
+
+
+def test_dataset_lists_take_names_or_mappings():
+    data = parse_params(
+        {"data": {"train": ["gsm8k"], "eval": [{"name": "math500", "path": "m.jsonl", "limit": 5}]}}
+    ).data
+    assert data.train[0].name == "gsm8k" and data.train[0].path is None
+    assert (data.eval[0].name, data.eval[0].path, data.eval[0].limit) == ("math500", "m.jsonl", 5)
+    # real data alone, without tiny-world domains, is a valid world
+    assert parse_params({"data": {"domains": [], "train": ["gsm8k"], "eval": ["math500"]}})

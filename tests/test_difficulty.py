@@ -44,7 +44,7 @@ def test_guide_search_keeps_the_first_fraction_that_unlocks(tokenizer, tiny_mode
     model almost never writes it from a one-word prefix, and always does when given it all."""
     from grpo_core import rewards
 
-    monkeypatch.setitem(rewards.REWARDS, "toy", lambda c, answer: float(c.startswith("3 5 7")))
+    monkeypatch.setitem(rewards.VERIFIERS, "toy", lambda c, answer: float(c.startswith("3 5 7")))
     problems = [
         {
             "id": f"q{i}",

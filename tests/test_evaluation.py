@@ -2,7 +2,7 @@ from math import comb
 
 import pytest
 
-from grpo_core.evaluation import pass_at_k, summarize
+from grpo_core.evaluation import majority_correct, pass_at_k, summarize
 
 
 @pytest.mark.parametrize(
@@ -20,23 +20,83 @@ def test_pass_at_k_hand_computed_and_errors():
         pass_at_k(4, 1, 5)
 
 
-def test_summarize_per_benchmark_and_level():
-    # q1 (level 1): 2/2 correct; q2 (level 1): 0/2; q3 (level 2): 1/2.
-    rows = [
-        ("arith", 1, "q1", 1),
-        ("arith", 1, "q1", 1),
-        ("arith", 1, "q2", 0),
-        ("arith", 1, "q2", 0),
-        ("arith", 2, "q3", 1),
-        ("arith", 2, "q3", 0),
-    ]
-    out = summarize(*map(list, zip(*rows, strict=True)), pass_at=[1, 2])
-    assert out == {
-        "arith": {
-            "accuracy": pytest.approx(0.5),
-            "pass@1": pytest.approx(0.5),
-            "pass@2": pytest.approx(2 / 3),
-            "level1": pytest.approx(0.5),
-            "level2": pytest.approx(0.5),
-        }
+def _row(source, domain, level, qid, reward, answer=None):
+    return {
+        "source": source,
+        "domain": domain,
+        "level": level,
+        "id": qid,
+        "reward": reward,
+        "answer": answer,
     }
+
+
+def test_summarize_per_benchmark_domain_and_level():
+    # arith q1 (level 1): 2/2 correct, q2 (level 1): 0/2, q3 (level 2): 1/2;
+    # gsm8k (math, ungraded level 0) g1: 1/2; humaneval (code) h1: partial credit 0.5 and 1.0.
+    rows = [
+        _row("arith", "math", 1, "q1", 1.0, "5"),
+        _row("arith", "math", 1, "q1", 1.0, "5"),
+        _row("arith", "math", 1, "q2", 0.0, "3"),
+        _row("arith", "math", 1, "q2", 0.0, "4"),
+        _row("arith", "math", 2, "q3", 1.0, "12"),
+        _row("arith", "math", 2, "q3", 0.0, "21"),
+        _row("gsm8k", "math", 0, "g1", 0.0, "7"),
+        _row("gsm8k", "math", 0, "g1", 1.0, "8"),
+        _row("humaneval", "code", 0, "h1", 0.5),
+        _row("humaneval", "code", 0, "h1", 1.0),
+    ]
+    greedy = [
+        {"source": "arith", "id": "q1", "reward": 1.0},
+        {"source": "arith", "id": "q2", "reward": 0.0},
+        {"source": "arith", "id": "q3", "reward": 1.0},
+        {"source": "gsm8k", "id": "g1", "reward": 0.0},
+        {"source": "humaneval", "id": "h1", "reward": 1.0},
+    ]
+    out = summarize(rows, pass_at=[1, 2], greedy=greedy)
+    approx = pytest.approx
+    assert out["arith"] == {
+        "accuracy": approx(0.5),
+        "pass@1": approx(0.5),
+        "pass@2": approx(2 / 3),
+        # q1 unanimous (1), q2 no correct vote (0), q3 a 1-1 tie between gold and "21" (1/2)
+        "maj@2": approx(0.5),
+        "greedy": approx(2 / 3),
+        "level1": approx(0.5),
+        "level2": approx(0.5),
+    }
+    assert out["gsm8k"] == {
+        "accuracy": approx(0.5),
+        "pass@1": approx(0.5),
+        "pass@2": approx(1.0),
+        "maj@2": approx(0.5),
+        "greedy": approx(0.0),
+    }  # level 0 (ungraded) has no levelN key
+    # code: a sample solves its question only when every test passes; no majority vote
+    assert out["humaneval"] == {
+        "accuracy": approx(0.5),
+        "pass@1": approx(0.5),
+        "pass@2": approx(1.0),
+        "greedy": approx(1.0),
+    }
+    # the math domain pools arith and gsm8k: 4 questions, 8 samples
+    assert out["by_domain"]["math"]["accuracy"] == approx(4 / 8)
+    assert out["by_domain"]["math"]["maj@2"] == approx((1 + 0 + 0.5 + 0.5) / 4)
+    assert out["by_domain"]["math"]["greedy"] == approx(2 / 4)
+    assert set(out["by_domain"]) == {"math", "code"}
+
+
+@pytest.mark.parametrize(
+    "votes, correct, expected",
+    [
+        (["5", "5", "5", "7"], [True, True, True, False], 1.0),  # clear majority
+        (["1/2", "0.5", "3", "3"], [True, True, False, False], 0.5),  # 2-2 tie: forms of gold pool
+        (["1/2", "0.5", "3", "4"], [True, True, False, False], 1.0),  # wrong votes split
+        (["3", "3", "3", "5"], [False, False, False, True], 0.0),  # gold loses
+        (["5", "3", "4", None], [True, False, False, False], 1 / 3),  # three-way tie at 1
+        ([None, None, None, "5"], [False, False, False, True], 1.0),  # no answer, no vote
+        ([None, None], [False, False], 0.0),
+    ],
+)
+def test_majority_vote_with_ties(votes, correct, expected):
+    assert majority_correct(votes, correct) == pytest.approx(expected)

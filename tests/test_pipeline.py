@@ -16,7 +16,17 @@ STAGES = ("prepare", "base", "profile", "guide", "train", "evaluate")
 pytestmark = pytest.mark.pipeline
 
 SMALL = {
-    "data": {"levels": [1, 2], "train_per_level": 40, "eval_per_level": 8},
+    # Two real benchmarks read from local files in their own layouts (fixtures), so an adapter,
+    # a graded benchmark and the sandboxed code reward all run inside the pipeline.
+    "data": {
+        "levels": [1, 2],
+        "train_per_level": 40,
+        "eval_per_level": 8,
+        "eval": [
+            {"name": "math500", "path": "data/raw/math500_test.jsonl"},
+            {"name": "humaneval", "path": "data/raw/openai_humaneval_test.parquet"},
+        ],
+    },
     "model": {
         "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
         "sft": {"steps": 80, "batch_size": 16, "level_weights": [1.0, 0.2]},
@@ -79,6 +89,9 @@ def repo(tmp_path_factory) -> Path:
     for name in ("dvc.yaml", ".gitignore", ".dvcignore"):
         if (ROOT / name).exists():
             shutil.copy(ROOT / name, repo / name)
+    shutil.copytree(ROOT / "data/raw", repo / "data/raw")
+    for name in ("math500_test.jsonl", "openai_humaneval_test.parquet"):
+        shutil.copy(ROOT / "tests/fixtures/benchmarks" / name, repo / "data/raw")
     params = _merge(yaml.safe_load((ROOT / "params.yaml").read_text()), SMALL)
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     sh(repo, "git", "init", "-q")
@@ -93,8 +106,25 @@ def test_repro_builds_every_artifact(repo):
     metrics = json.loads((repo / "metrics/eval.json").read_text())
     assert set(metrics) == {"base", "policy"}
     for model in metrics.values():
-        assert set(model["arith"]) == {"accuracy", "pass@1", "pass@2", "level1", "level2"}
-        assert all(0 <= v <= 1 for v in model["arith"].values())
+        assert set(model) == {"arith", "math500", "humaneval", "by_domain"}
+        assert set(model["by_domain"]) == {"math", "code"}
+        assert set(model["arith"]) == {
+            "accuracy",
+            "pass@1",
+            "pass@2",
+            "maj@2",
+            "greedy",
+            "level1",
+            "level2",
+        }
+        assert "maj@2" not in model["humaneval"]  # programs are not voted on
+        fixture = ROOT / "tests/fixtures/benchmarks/math500_test.jsonl"
+        graded = {json.loads(line)["level"] for line in fixture.read_text().splitlines()}
+        assert {k for k in model["math500"] if k.startswith("level")} == {
+            f"level{lv}" for lv in graded
+        }
+        for source in ("arith", "math500", "humaneval"):
+            assert all(0 <= v <= 1 for v in model[source].values())
     for path in (
         "models/base/config.json",
         "models/base/tokenizer.json",

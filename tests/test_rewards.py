@@ -1,33 +1,214 @@
+"""The verifiers on tables of replies: equivalent forms must score 1, near-misses 0."""
+
 import pytest
+import torch
 
-from grpo_core.rewards import math_reward, score
-
-
-@pytest.mark.parametrize(
-    "completion, answer, expected",
-    [
-        ("7+8=15\n4+3+1=8\n\\boxed{85}", "85", 1.0),
-        ("7+8=15\n4+3+1=8\n\\boxed{58}", "85", 0.0),
-        ("\\boxed{84}\n\\boxed{85}", "85", 1.0),  # the last boxed answer counts
-        ("\\boxed{85}\n\\boxed{84}", "85", 0.0),
-        ("\\boxed{85.0}", "85", 1.0),
-        ("", "85", 0.0),
-    ],
+from grpo_core.config import RewardWeights
+from grpo_core.rewards import (
+    final_answer,
+    format_reward,
+    last_boxed,
+    math_reward,
+    mcq_answer,
+    mcq_reward,
+    overlong_penalty,
+    score,
+    shaped_rewards,
+    verify_batch,
 )
-def test_math_reward(completion, answer, expected):
+
+B = "\\boxed"
+
+# (completion, gold answer, reward): equivalent forms first, then near-misses.
+MATH_TABLE = [
+    # fractions, \frac variants, decimals
+    (f"{B}{{\\frac{{1}}{{2}}}}", "0.5", 1.0),
+    (f"{B}{{1/2}}", "\\frac{1}{2}", 1.0),
+    (f"{B}{{0.5}}", "\\frac12", 1.0),
+    (f"{B}{{\\dfrac{{3}}{{4}}}}", "0.75", 1.0),
+    (f"{B}{{3/4}}", "\\tfrac34", 1.0),
+    (f"{B}{{-\\frac{{1}}{{2}}}}", "-0.5", 1.0),
+    (f"{B}{{\\frac{{-1}}{{2}}}}", "-\\frac{1}{2}", 1.0),
+    (f"{B}{{1.5}}", "\\frac{3}{2}", 1.0),
+    (f"{B}{{1.50}}", "1.5", 1.0),
+    (f"{B}{{2}}", "\\frac{4}{2}", 1.0),
+    (f"{B}{{85.0}}", "85", 1.0),
+    # percentages: X% equals X/100, and an integer percentage equals the integer
+    (f"{B}{{50\\%}}", "0.5", 1.0),
+    (f"{B}{{50\\%}}", "50", 1.0),
+    (f"{B}{{12.5\\%}}", "\\frac{1}{8}", 1.0),
+    (f"{B}{{0.15}}", "15\\%", 1.0),
+    (f"{B}{{15\\%}}", "15\\%", 1.0),
+    # intervals and sets
+    (f"{B}{{[1,2)}}", "[1,2)", 1.0),
+    (f"{B}{{(-\\infty, 3]}}", "(-\\infty,3]", 1.0),
+    (f"{B}{{x \\in [2, 5]}}", "[2,5]", 1.0),
+    (f"{B}{{3,4}}", "4,3", 1.0),
+    (f"{B}{{\\{{3,4\\}}}}", "3,4", 1.0),
+    (f"{B}{{(1,2)}}", "(1, 2)", 1.0),
+    # units, currency, degrees
+    (f"{B}{{5 \\text{{ cm}}}}", "5", 1.0),
+    (f"{B}{{5\\,\\mathrm{{cm}}}}", "5", 1.0),
+    (f"{B}{{12\\text{{ inches}}}}", "12", 1.0),
+    (f"{B}{{\\$5}}", "5", 1.0),
+    (f"{B}{{90^\\circ}}", "90", 1.0),
+    # nesting, equations, radicals, expressions, constants
+    (f"{B}{{{B}{{7}}}}", "7", 1.0),
+    (f"{B}{{x=3}}", "3", 1.0),
+    (f"{B}{{\\sqrt{{2}}/2}}", "\\frac{\\sqrt{2}}{2}", 1.0),
+    (f"{B}{{\\sqrt{{8}}}}", "2\\sqrt{2}", 1.0),
+    (f"{B}{{x^2+2x+1}}", "(x+1)^2", 1.0),
+    (f"{B}{{2\\pi}}", "2\\pi", 1.0),
+    (f"{B}{{\\infty}}", "\\infty", 1.0),
+    (f"{B}{{1,000}}", "1000", 1.0),
+    (f"{B}{{10^3}}", "1000", 1.0),
+    (f"{B}{{4.5\\times10^{{33}}}}", "4.5e33", 1.0),  # scientific notation as data sets write it
+    (
+        f"{B}{{\\begin{{pmatrix}}1\\\\2\\end{{pmatrix}}}}",
+        "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
+        1.0,
+    ),
+    # where the answer is: the last box wins; no box falls back to math-verify's extraction
+    (f"7+8=15\n4+3+1=8\n{B}{{85}}", "85", 1.0),
+    (f"{B}{{84}}\n{B}{{85}}", "85", 1.0),
+    ("The answer is 42.", "42", 1.0),
+    ("$\\frac{1}{2}$", "\\frac{1}{2}", 1.0),
+    # near-misses
+    (f"{B}{{(1,2]}}", "[1,2)", 0.0),
+    (f"{B}{{(2,1)}}", "(1, 2)", 0.0),
+    (f"{B}{{0.333}}", "\\frac{1}{3}", 0.0),
+    (f"{B}{{3}}", "3.0001", 0.0),
+    (f"{B}{{7}}", "-7", 0.0),
+    (f"{B}{{(x+1)^2}}", "x^2+1", 0.0),
+    (f"{B}{{6.28}}", "2\\pi", 0.0),
+    (f"{B}{{51\\%}}", "0.5", 0.0),
+    (f"{B}{{85}}\n{B}{{84}}", "85", 0.0),
+    (f"7+8=15\n4+3+1=8\n{B}{{58}}", "85", 0.0),
+    ("", "85", 0.0),
+]
+
+
+@pytest.mark.parametrize("completion, answer, expected", MATH_TABLE)
+def test_math_reward_table(completion, answer, expected):
     assert math_reward(completion, answer) == expected
 
 
-def test_unknown_domain_and_unparseable_gold_are_reported():
+def test_math_table_is_large_and_has_both_outcomes():
+    assert len(MATH_TABLE) >= 40
+    assert sum(r == 0.0 for *_, r in MATH_TABLE) >= 10
+
+
+# (reply, gold letter, reward)
+MCQ_TABLE = [
+    ("7+8=15\n4+3+1=8\nAnswer: B", "B", 1.0),
+    ("Answer: B", "C", 0.0),
+    ("**Answer:** C", "C", 1.0),
+    ("Answer: (D)", "D", 1.0),
+    ("Answer: [B]", "B", 1.0),
+    ("Answer: $A$", "A", 1.0),
+    ("Answer: $\\boxed{A}$", "A", 1.0),
+    ("Answer:C", "C", 1.0),
+    ("Final answer: D", "D", 1.0),
+    ("Answer: B) 85 apples", "B", 1.0),
+    ("Answer: B. It is the only even option.", "B", 1.0),
+    ("Answer: J", "J", 1.0),  # options run A-J (MMLU-Pro style)
+    ("Answer: A\nWait, that is wrong.\nAnswer: B", "B", 1.0),  # the last answer line counts
+    ("The answer is \\boxed{C}.", "C", 1.0),  # boxed fallback
+    ("\\boxed{\\text{(C)}}", "C", 1.0),
+    # two letters named: wrong even if one of them is the gold
+    ("Answer: A or B", "A", 0.0),
+    ("Answer: A, C", "A", 0.0),
+    ("Answer: A and B", "B", 0.0),
+    ("Answer: A/B", "A", 0.0),
+    ("Answer: B\nAnswer: A or C", "B", 0.0),
+    ("\\boxed{A, B}", "A", 0.0),
+    # no letter committed to
+    ("Answer: K", "A", 0.0),  # K is past the ten options
+    ("Answer: Apples", "A", 0.0),
+    ("answer: b", "B", 0.0),  # the letter must be a capital, as in simple-evals
+    ("I think it is B", "B", 0.0),
+    ("", "A", 0.0),
+]
+
+
+@pytest.mark.parametrize("reply, gold, expected", MCQ_TABLE)
+def test_mcq_reward_table(reply, gold, expected):
+    assert mcq_reward(reply, gold) == expected
+
+
+def test_mcq_table_is_large():
+    assert len(MCQ_TABLE) >= 20
+
+
+def test_bad_gold_answers_are_reported_not_scored_zero():
+    with pytest.raises(ValueError, match="cannot be parsed"):
+        math_reward(f"{B}{{1}}", "")
+    with pytest.raises(ValueError, match="not an option letter"):
+        mcq_reward("Answer: A", "AB")
     with pytest.raises(ValueError, match="no reward for domain 'poetry'"):
         score("poetry", "x", "y")
-    with pytest.raises(ValueError, match="cannot be parsed"):
-        math_reward("\\boxed{1}", "")
 
 
 def test_last_boxed_balances_braces():
-    from grpo_core.rewards import last_boxed
-
-    assert last_boxed("a \\boxed{1} b \\boxed{\\frac{1}{2}} c") == "\\boxed{\\frac{1}{2}}"
+    assert last_boxed("a \\boxed{1} b \\boxed{\\frac{1}{2}} c") == "\\frac{1}{2}"
+    assert last_boxed("\\fbox{7} then \\boxed 8$") == "8"
     assert last_boxed("no answer") is None
     assert last_boxed("\\boxed{unclosed") is None
+
+
+def test_verify_batch_mixes_domains_in_order():
+    code = '{"entry_point": "f", "tests": ["assert f(1) == 2", "assert f(2) == 4"]}'
+    rewards = verify_batch(
+        ["math", "mcq", "code", "math", "code"],
+        [f"{B}{{3}}", "Answer: A", "def f(x):\n    return 2", f"{B}{{4}}", "def f(x): return 2*x"],
+        ["3", "B", code, "3", code],
+    )
+    assert rewards == [1.0, 0.0, 0.5, 0.0, 1.0]
+
+
+def test_final_answers_are_the_votes_of_majority_voting():
+    assert final_answer("math", f"so {B}{{ 1 / 2 }}") == "1/2"
+    assert final_answer("math", "no box") is None
+    assert final_answer("mcq", "Answer: (C)") == "C"
+    assert final_answer("code", "def f(): pass") is None
+    assert mcq_answer("Answer: A or B") is None
+
+
+@pytest.mark.parametrize(
+    "domain, completion, answer, expected",
+    [
+        ("math", f"{B}{{12}}", "85", 1.0),  # well-formed, though wrong
+        ("math", "85", "85", 0.0),  # right, but not boxed
+        ("mcq", "Answer: D", "A", 1.0),
+        ("mcq", "Answer: A or B", "A", 0.0),
+        ("code", "def f(x):\n    return 0", '{"entry_point": "f", "tests": ["f(1)"]}', 1.0),
+        ("code", "def g(x):\n    return 0", '{"entry_point": "f", "tests": ["f(1)"]}', 0.0),
+        ("code", "def f(x) return", '{"entry_point": "f", "tests": ["f(1)"]}', 0.0),
+    ],
+)
+def test_format_reward(domain, completion, answer, expected):
+    assert format_reward(domain, completion, answer) == expected
+
+
+def test_overlong_penalty_hand_computed():
+    # L_max = 10, L_cache = 4: no penalty up to 6 tokens, then -1/4 per token, -1 past 10.
+    lengths = torch.tensor([3, 6, 7, 8, 10, 11])
+    expected = torch.tensor([0.0, 0.0, -0.25, -0.5, -1.0, -1.0])
+    torch.testing.assert_close(overlong_penalty(lengths, max_tokens=10, cache=4), expected)
+    with pytest.raises(ValueError, match="overlong_cache"):
+        overlong_penalty(lengths, max_tokens=10, cache=11)
+
+
+def test_shaped_reward_is_the_weighted_sum_of_its_components():
+    correct = torch.tensor([1.0, 0.0, 0.5])
+    fmt = torch.tensor([1.0, 1.0, 0.0])
+    overlong = torch.tensor([0.0, -0.5, -1.0])
+    weights = RewardWeights(correct=1.0, format=0.2, overlong=0.5)
+    total, parts = shaped_rewards(correct, fmt, overlong, weights)
+    torch.testing.assert_close(total, torch.tensor([1.2, -0.05, 0.0]))
+    assert set(parts) == {"correct", "format", "overlong"}
+    assert parts["format"] is fmt
+    # no overlong term when it is not weighted: the total is correct + 0.2 format
+    total, parts = shaped_rewards(correct, fmt, None, weights)
+    torch.testing.assert_close(total, torch.tensor([1.2, 0.2, 0.5]))
+    assert set(parts) == {"correct", "format"}

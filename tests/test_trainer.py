@@ -23,7 +23,7 @@ def _cfg(**kw) -> TrainParams:
 def starts_with_7(monkeypatch):
     """A verifiable toy reward: 1 when the completion starts with '7'."""
     monkeypatch.setitem(
-        rewards.REWARDS, "toy", lambda completion, answer: float(completion[:1] == "7")
+        rewards.VERIFIERS, "toy", lambda completion, answer: float(completion[:1] == "7")
     )
     return [Question(f"q{i}", "toy", 1, f"Q: {i}+1=?\nA: ", "7") for i in range(8)]
 
@@ -150,8 +150,8 @@ def test_dynamic_sampling_draws_more_until_groups_are_informative(
     'digit' questions (reward: the completion starts with a digit, about 1 in 3 for a random
     model) give mixed groups. Dynamic sampling must draw further questions and train only on
     the mixed groups."""
-    monkeypatch.setitem(rewards.REWARDS, "always", lambda completion, answer: 1.0)
-    monkeypatch.setitem(rewards.REWARDS, "digit", lambda c, answer: float(c[:1].isdigit()))
+    monkeypatch.setitem(rewards.VERIFIERS, "always", lambda completion, answer: 1.0)
+    monkeypatch.setitem(rewards.VERIFIERS, "digit", lambda c, answer: float(c[:1].isdigit()))
     uniform = [Question(f"u{i}", "always", 1, f"Q: {i}+2=?\nA: ", "7") for i in range(4)]
     mixed = [Question(f"m{i}", "digit", 1, f"Q: {i}+3=?\nA: ", "7") for i in range(4)]
     cfg = _cfg(prompts_per_step=4, dynamic_sampling=True, max_sampling_rounds=3)
@@ -194,7 +194,7 @@ def test_overlong_filter_leaves_truncated_completions_out_of_the_loss(
 def needs_the_solution(monkeypatch):
     """Reward 1 only for completions that start with the full reference solution "3 5 7":
     a random model never writes it alone, so every unguided group fails."""
-    monkeypatch.setitem(rewards.REWARDS, "sol", lambda c, answer: float(c.startswith("3 5 7")))
+    monkeypatch.setitem(rewards.VERIFIERS, "sol", lambda c, answer: float(c.startswith("3 5 7")))
     return [
         Question(f"q{i}", "sol", 5, f"Q: {i}+9=?\nA: ", "7", solution="3 5 7") for i in range(4)
     ]
@@ -290,7 +290,7 @@ def test_codapo_reweights_advantages_and_resamples_the_next_batch(
 
     # Question i's rollouts are rewarded with probability ~ i/8 ('digit' reward on a random
     # model is ~1/3, so use an explicit per-question schedule through the prompt's digit).
-    monkeypatch.setitem(rewards.REWARDS, "half", lambda c, answer: float(len(c) % 2 == 0))
+    monkeypatch.setitem(rewards.VERIFIERS, "half", lambda c, answer: float(len(c) % 2 == 0))
     questions = [Question(f"q{i}", "half", 1, f"Q: {i}+4=?\nA: ", "7") for i in range(8)]
     cfg = _cfg(prompts_per_step=8, codapo=CodapoParams(enabled=True, quantile=0.75, copies=2))
     trainer = GRPOTrainer(tiny_model, tokenizer, cfg)
@@ -344,3 +344,32 @@ def test_oc_grpo_mixed_groups_keep_unguided_failures_beside_guided_rollouts(
     torch.manual_seed(0)
     _, rows = full.step(questions)
     assert [r["trained"] for r in rows] == [False] * 4  # all-correct guided groups: std 0
+
+
+def test_the_training_reward_is_the_weighted_sum_and_each_component_is_logged(
+    tokenizer, tiny_model, starts_with_7
+):
+    from grpo_core.config import RewardParams
+    from grpo_core.rewards import overlong_penalty
+
+    # max_new_tokens 3, cache 2: a 2-token completion gets -1/2, a 3-token one -1.
+    reward = RewardParams(
+        weights={"correct": 1.0, "format": 0.5, "overlong": 2.0}, overlong_cache=2
+    )
+    trainer = GRPOTrainer(tiny_model, tokenizer, _cfg(), reward=reward)
+    torch.manual_seed(0)
+    sampled = trainer.rollout(starts_with_7)
+    parts = sampled.components
+    assert set(parts) == {"correct", "format", "overlong"}
+    expected_correct = [float(t[:1] == "7") for t in sampled.ro.texts]
+    assert parts["correct"].tolist() == expected_correct
+    assert parts["format"].tolist() == [0.0] * len(expected_correct)  # "toy" has no format
+    torch.testing.assert_close(parts["overlong"], overlong_penalty(sampled.ro.lengths, 3, 2))
+    torch.testing.assert_close(sampled.rewards, parts["correct"] + 2.0 * parts["overlong"])
+    # what solves a question is the verifier's reward alone, never the shaped total
+    assert sampled.solved.tolist() == [c == 1.0 for c in expected_correct]
+
+    metrics, rows = trainer.step(starts_with_7)
+    for name in ("correct", "format", "overlong"):
+        assert f"rewards/{name}/mean" in metrics and f"rewards/{name}/std" in metrics
+    assert all(0.0 <= r["difficulty"] <= 1.0 for r in rows)

@@ -18,6 +18,8 @@ import json
 
 import numpy as np
 
+from grpo_core.tiny.common import split_indices
+
 DOMAIN = "math"
 SOURCE = "arith"
 
@@ -56,17 +58,6 @@ def _pair(level: int, index: int) -> tuple[int, int]:
     return lo + i, lo + j
 
 
-def _unique_indices(rng: np.random.Generator, space: int, n: int, exclude: set[int]) -> list[int]:
-    out: dict[int, None] = {}
-    while len(out) < n:
-        for x in rng.integers(0, space, size=2 * (n - len(out))).tolist():
-            if x not in exclude and x not in out:
-                out[x] = None
-                if len(out) == n:
-                    break
-    return list(out)
-
-
 def generate_level(level: int, n_train: int, n_eval: int, seed: int) -> dict[str, list[dict]]:
     """Train and eval rows for one level, deterministic in (level, seed).
 
@@ -75,19 +66,7 @@ def generate_level(level: int, n_train: int, n_eval: int, seed: int) -> dict[str
     problems, so there both splits draw from the whole space and overlap by construction.
     """
     rng = np.random.default_rng([seed, level])
-    space = space_size(level)
-    if space >= 2 * n_eval:
-        eval_idx = _unique_indices(rng, space, n_eval, set())
-        rest = space - n_eval
-        if rest >= 2 * n_train:
-            train_idx = _unique_indices(rng, space, n_train, set(eval_idx))
-        else:
-            banned = set(eval_idx)
-            pool = np.array([x for x in range(space) if x not in banned])
-            train_idx = rng.choice(pool, size=n_train, replace=rest < n_train).tolist()
-    else:
-        eval_idx = rng.integers(0, space, size=n_eval).tolist()
-        train_idx = rng.integers(0, space, size=n_train).tolist()
+    train_idx, eval_idx = split_indices(rng, space_size(level), n_train, n_eval)
 
     def rows(split: str, indices: list[int]) -> list[dict]:
         out = []

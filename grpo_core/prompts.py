@@ -1,0 +1,93 @@
+"""Prompt templates: one plain-text template per domain, and chat rendering for instruct models.
+
+The templates write the text a base model continues; `render_prompt` wraps that same text as
+one user message for an instruct model. The instructions fix what the rewards read:
+
+- math: the problem, then "Please reason step by step, and put your final answer within
+  \\boxed{}." (the math reward reads the last `\\boxed{}`);
+- mcq: the question, the options as lines "A) text", then an instruction to end with the line
+  "Answer: X";
+- code: the task, an example test when the benchmark gives one, then "Write a Python function
+  `f` ... in a ```python code block"; HumanEval-style tasks instead give the function's
+  signature and docstring for the model to continue (`continuation_prompt`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from grpo_core.errors import InputError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+MCQ_INSTRUCTION = "Answer with the letter of the correct option on the last line as 'Answer: X'."
+CODE_INSTRUCTION = (
+    "Write a Python function `{entry_point}` that solves the task, in a ```python code block."
+)
+OPTION_LETTERS = "ABCDEFGHIJ"
+_NEWLINES = re.compile(r"\s*\n\s*")
+
+
+def math_prompt(problem: str) -> str:
+    return f"{problem.strip()}\n\n{MATH_INSTRUCTION}"
+
+
+def mcq_prompt(question: str, options: Sequence[str]) -> str:
+    """The question, one line per option ("A) text"), then the answer-format instruction."""
+    if not 2 <= len(options) <= len(OPTION_LETTERS):
+        raise InputError(
+            f"a multiple-choice question needs 2 to {len(OPTION_LETTERS)} options, "
+            f"got {len(options)}"
+        )
+    # An option is one line: the "A) ..." layout would break on an embedded newline.
+    flat = [_NEWLINES.sub(" ", option.strip()) for option in options]
+    lines = [
+        f"{letter}) {text}".rstrip() for letter, text in zip(OPTION_LETTERS, flat, strict=False)
+    ]
+    return f"{question.strip()}\n\n" + "\n".join(lines) + f"\n\n{MCQ_INSTRUCTION}"
+
+
+def code_prompt(task: str, entry_point: str, example_tests: Sequence[str] = ()) -> str:
+    """The task, the example tests (if any), then the function and code-block instruction."""
+    parts = [task.strip()]
+    if example_tests:
+        plural = "these tests" if len(example_tests) > 1 else "this test"
+        header = f"Your code should pass {plural}:"
+        parts.append(header + "\n\n" + "\n".join(t.strip() for t in example_tests))
+    parts.append(CODE_INSTRUCTION.format(entry_point=entry_point))
+    return "\n\n".join(parts)
+
+
+def continuation_prompt(prefix: str) -> str:
+    """HumanEval style: the signature and docstring themselves, for the model to continue."""
+    return prefix
+
+
+def render_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool) -> str:
+    """What the model is given: `text` itself for a base model, or for an instruct model
+    (`chat=True`) `text` as one user message in the tokenizer's chat template, ending with the
+    assistant turn's opening."""
+    if not chat:
+        return text
+    if not getattr(tokenizer, "chat_template", None):
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise InputError(
+            f"model {name!r}: its tokenizer has no chat template, so chat=True cannot be "
+            "rendered; use chat=False for a base model"
+        )
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def render_prompts(
+    problems: list[dict], tokenizer: PreTrainedTokenizerBase, chat: bool
+) -> list[dict]:
+    """Problem rows whose `prompt` is what the model is given (`render_prompt`)."""
+    if not chat:
+        return problems
+    return [{**p, "prompt": render_prompt(tokenizer, p["prompt"], chat)} for p in problems]
