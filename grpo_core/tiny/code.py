@@ -26,7 +26,7 @@ import json
 
 import numpy as np
 
-from grpo_core.tiny.common import problem_row, split_indices
+from grpo_core.tiny.common import generate_rows
 
 DOMAIN = "code"
 SOURCE = "code"
@@ -190,21 +190,14 @@ def generate_level(level: int, n_train: int, n_eval: int, seed: int) -> dict[str
     `common.split_indices`: level 1 has only 26 specs and level 2 676, so at the default sizes
     level 1's splits overlap and level 2's train repeats specs; levels 3-5 are disjoint.
     """
-    rng = np.random.default_rng([seed, level, _SALT])
-    train_idx, eval_idx = split_indices(rng, space_size(level), n_train, n_eval)
-    out = {}
-    for split, stream, indices in (("train", 0, train_idx), ("eval", 1, eval_idx)):
-        # One decoration stream per split, so eval rows do not depend on n_train.
-        deco = np.random.default_rng([seed, level, _SALT, stream])
-        out[split] = [
-            problem_row(
-                domain=DOMAIN,
-                source=SOURCE,
-                split=split,
-                level=level,
-                k=k,
-                **_problem(level, index, deco),
-            )
-            for k, index in enumerate(indices)
-        ]
-    return out
+    return generate_rows(
+        domain=DOMAIN,
+        source=SOURCE,
+        salt=_SALT,
+        space=space_size(level),
+        make_problem=lambda index, rng: _problem(level, index, rng),
+        level=level,
+        n_train=n_train,
+        n_eval=n_eval,
+        seed=seed,
+    )

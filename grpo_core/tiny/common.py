@@ -4,6 +4,7 @@ level's problem space, and the unified-schema row."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 
@@ -68,3 +69,38 @@ def problem_row(
         "solution": solution,
         "meta": json.dumps(meta),
     }
+
+
+def generate_rows(
+    *,
+    domain: str,
+    source: str,
+    salt: int,
+    space: int,
+    make_problem: Callable[[int, np.random.Generator], dict],
+    level: int,
+    n_train: int,
+    n_eval: int,
+    seed: int,
+) -> dict[str, list[dict]]:
+    """Train and eval rows of one level of a generator whose problems are indexed 0..space-1
+    and decorated with random details (`make_problem(index, rng)` -> prompt, answer, solution,
+    meta); deterministic in (level, seed), split as in `split_indices`."""
+    rng = np.random.default_rng([seed, level, salt])
+    train_idx, eval_idx = split_indices(rng, space, n_train, n_eval)
+    out = {}
+    for split, stream, indices in (("train", 0, train_idx), ("eval", 1, eval_idx)):
+        # One decoration stream per split, so eval rows do not depend on n_train.
+        deco = np.random.default_rng([seed, level, salt, stream])
+        out[split] = [
+            problem_row(
+                domain=domain,
+                source=source,
+                split=split,
+                level=level,
+                k=k,
+                **make_problem(index, deco),
+            )
+            for k, index in enumerate(indices)
+        ]
+    return out

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from grpo_core.tiny import arith
-from grpo_core.tiny.common import problem_row, split_indices
+from grpo_core.tiny.common import generate_rows
 
 DOMAIN = "mcq"
 SOURCE = "mcq"
@@ -94,21 +94,14 @@ def generate_level(level: int, n_train: int, n_eval: int, seed: int) -> dict[str
     decoration), split as in `common.split_indices`: disjoint from level 2 up at the default
     sizes; level 1 has 100 pairs, so its splits overlap by construction.
     """
-    rng = np.random.default_rng([seed, level, _SALT])
-    train_idx, eval_idx = split_indices(rng, arith.space_size(level), n_train, n_eval)
-    out = {}
-    for split, stream, indices in (("train", 0, train_idx), ("eval", 1, eval_idx)):
-        # One decoration stream per split, so eval rows do not depend on n_train.
-        deco = np.random.default_rng([seed, level, _SALT, stream])
-        out[split] = [
-            problem_row(
-                domain=DOMAIN,
-                source=SOURCE,
-                split=split,
-                level=level,
-                k=k,
-                **_problem(level, index, deco),
-            )
-            for k, index in enumerate(indices)
-        ]
-    return out
+    return generate_rows(
+        domain=DOMAIN,
+        source=SOURCE,
+        salt=_SALT,
+        space=arith.space_size(level),
+        make_problem=lambda index, rng: _problem(level, index, rng),
+        level=level,
+        n_train=n_train,
+        n_eval=n_eval,
+        seed=seed,
+    )
