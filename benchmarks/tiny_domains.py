@@ -15,22 +15,21 @@ lot with small changes (code L1-L5 measured 100/93/90/43/7% and 90/20/7/3/0% in 
 only difference was the mcq prompt format): read them as "learnable or not", and give the
 pipeline's SFT more steps than arith alone needs when these domains join the mix.
 
-The generated programs are our own model's output, run with plain `exec` under `signal.alarm`
-(a calibration shortcut; the pipeline's code reward sandboxes them).
+Completions are scored by the pipeline's own verifiers (`grpo_core.rewards.verify_batch`:
+programs run in the sandbox).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
-import signal
 import time
 
 import numpy as np
 import torch
 
 from grpo_core.config import SFTParams, TinyModelParams
+from grpo_core.rewards import verify_batch
 from grpo_core.sft import warm_start
 from grpo_core.tiny import code, mcq
 from grpo_core.tiny.model import build_tiny_model
@@ -40,48 +39,9 @@ DOMAINS = {"mcq": mcq.generate_level, "code": code.generate_level}
 LEVELS = [1, 2, 3, 4, 5]
 
 
-def mcq_score(completion: str, answer: str) -> float:
-    letters = re.findall(r"Answer:\s*([A-D])", completion)
-    return float(bool(letters) and letters[-1] == answer)
-
-
 def working(text: str) -> list[str]:
     """An mcq completion's digit lines: all but its last two (placing step, letter)."""
     return text.split("\n")[:-2]
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Timeout
-
-
-def code_score(completion: str, answer: str, seconds: int = 1) -> float:
-    """Fraction of the hidden tests the completion's program passes."""
-    gold = json.loads(answer)
-    passed = 0
-    old = signal.signal(signal.SIGALRM, _alarm)
-    try:
-        namespace: dict = {}
-        signal.alarm(seconds)
-        exec(gold["setup"] + "\n" + completion, namespace)
-        for test in gold["tests"]:
-            signal.alarm(seconds)
-            try:
-                exec(test, namespace)
-                passed += 1
-            except _Timeout:
-                raise
-            except Exception:
-                pass
-    except Exception:  # a syntax error, a failing setup, or the alarm
-        pass
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    return passed / len(gold["tests"])
 
 
 @torch.no_grad()
@@ -158,10 +118,13 @@ def main() -> None:
                 for t, r in zip(texts, evals, strict=True)
                 if r["source"] == domain and r["level"] == level
             ]
-            if domain == "mcq":
-                scores = [mcq_score(t, r["answer"]) for t, r in pairs]
-            else:
-                scores = [code_score(t, r["answer"]) for t, r in pairs]
+            # The pipeline's own verifiers: mcq letters, and programs in the sandbox.
+            scores = verify_batch(
+                [r["domain"] for _, r in pairs],
+                [t for t, _ in pairs],
+                [r["answer"] for _, r in pairs],
+            )
+            if domain == "code":
                 partial[level] = round(float(np.mean(scores)), 3)
             acc[level] = round(float(np.mean([s == 1.0 for s in scores])), 3)
             exact[level] = round(float(np.mean([t == r["solution"] for t, r in pairs])), 3)

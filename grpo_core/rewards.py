@@ -197,11 +197,6 @@ def check_gold(problem: dict) -> None:
         raise InputError(f"problem {problem['id']!r} ({problem['source']}): {exc}") from None
 
 
-def score(domain: str, completion: str, answer: str, code: CodeRewardConfig | None = None) -> float:
-    """One completion's verifier reward."""
-    return verify_batch([domain], [completion], [answer], code)[0]
-
-
 # ---- final answers (for majority voting) ---------------------------------------------------
 
 

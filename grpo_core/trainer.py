@@ -60,14 +60,15 @@ class Sampled:
         """(B,) bool: the completion solves its question (full verifier reward)."""
         return is_correct(self.components["correct"])
 
-    def select(self, rows: list[int] | torch.Tensor) -> Sampled:
-        """The given rollout rows (`fractions` is per group and left to the caller)."""
+    def select(self, rows: list[int] | torch.Tensor, fractions: list[float | None]) -> Sampled:
+        """The given rollout rows, regrouped: `fractions` holds the new groups' guide
+        fractions."""
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.rewards.device)
         return Sampled(
             self.ro.select(rows),
             self.rewards[rows],
             {k: v[rows] for k, v in self.components.items()},
-            self.fractions,
+            fractions,
             self.num_rollouts,
         )
 
@@ -131,7 +132,6 @@ class GRPOTrainer:
         self.cfg = cfg
         self.reference = reference
         self.reward = reward or RewardParams()
-        self.code = self.reward.code
         self.advantage_fn = get_advantage(cfg.advantage)
         self.kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
         self.policy_loss = POLICY_LOSSES.get("clipped")
@@ -170,7 +170,7 @@ class GRPOTrainer:
         owners = [questions[i // n] for i in range(len(ro.texts))]
         domains, answers = [q.domain for q in owners], [q.answer for q in owners]
         device = ro.input_ids.device
-        correct = verify_batch(domains, ro.texts, answers, self.code)
+        correct = verify_batch(domains, ro.texts, answers, self.reward.code)
         fmt = [format_reward(d, t, a) for d, t, a in zip(domains, ro.texts, answers, strict=True)]
         overlong = None
         if self.reward.weights.overlong:
@@ -237,9 +237,7 @@ class GRPOTrainer:
                 rows.extend(range(i * g, i * g + g - k))
                 rows.extend(range(offsets[part] + j * k, offsets[part] + (j + 1) * k))
             fractions_out.append(f)
-        out = Sampled.cat(parts, self.tokenizer.pad_token_id).select(rows)
-        out.fractions = fractions_out
-        return out
+        return Sampled.cat(parts, self.tokenizer.pad_token_id).select(rows, fractions_out)
 
     # ---- the update -------------------------------------------------------------------
     def _reference_logprobs(self, ids, attn, prompt_len) -> torch.Tensor | None:

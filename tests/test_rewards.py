@@ -12,7 +12,6 @@ from grpo_core.rewards import (
     mcq_answer,
     mcq_reward,
     overlong_penalty,
-    score,
     shaped_rewards,
     verify_batch,
 )
@@ -146,7 +145,7 @@ def test_bad_gold_answers_are_reported_not_scored_zero():
     with pytest.raises(ValueError, match="not an option letter"):
         mcq_reward("Answer: A", "AB")
     with pytest.raises(ValueError, match="no reward for domain 'poetry'"):
-        score("poetry", "x", "y")
+        verify_batch(["poetry"], ["x"], ["y"])
 
 
 def test_last_boxed_balances_braces():
