@@ -347,7 +347,8 @@ class ProfileParams(SamplingParams):
 
     max_per_level: PositiveInt = Field(
         500,
-        description="Questions profiled per level (the first ones of the train split). "
+        description="Questions profiled per level and source (the first ones of the train "
+        "split). "
         "A curriculum other than `all` trains on profiled questions only.",
     )
 

@@ -32,11 +32,14 @@ PROFILE_SCHEMA = pa.schema(
 
 
 def profiled_questions(table: pa.Table, levels: list[int], per_level: int) -> list[dict]:
-    """The first `per_level` training problems of each level in `levels`."""
+    """The first `per_level` training problems of each level in `levels`, of each source (so
+    that every domain and dataset of a mixed train split is profiled)."""
     out = []
-    for level in levels:
-        rows = table.filter(pc.equal(table["level"], level)).slice(0, per_level)
-        out.extend(rows.to_pylist())
+    for source in dict.fromkeys(table["source"].to_pylist()):
+        of_source = table.filter(pc.equal(table["source"], source))
+        for level in levels:
+            rows = of_source.filter(pc.equal(of_source["level"], level)).slice(0, per_level)
+            out.extend(rows.to_pylist())
     return out
 
 

@@ -159,3 +159,25 @@ def test_prepare_names_a_problem_whose_gold_answer_cannot_be_read(tmp_path):
     assert done.returncode == 2
     assert "math500-test/algebra/2.json" in done.stderr and "cannot be parsed" in done.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_profile_takes_the_first_questions_of_each_level_of_each_source():
+    from grpo_core.schema import problems_table
+    from stages.profile import profiled_questions
+
+    def row(source, level, k):
+        return {
+            "id": f"{source}-{level}-{k}",
+            "domain": "math",
+            "source": source,
+            "level": level,
+            "prompt": "p",
+            "answer": "1",
+            "solution": "",
+            "meta": "{}",
+        }
+
+    rows = [row("arith", lv, k) for lv in (3, 4) for k in range(3)]
+    rows += [row("mcq", lv, k) for lv in (3, 4) for k in range(3)]
+    picked = profiled_questions(problems_table(rows), levels=[3], per_level=2)
+    assert [r["id"] for r in picked] == ["arith-3-0", "arith-3-1", "mcq-3-0", "mcq-3-1"]
