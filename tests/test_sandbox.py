@@ -193,7 +193,11 @@ def test_cannot_read_the_checkout():
     root = Path(__file__).resolve().parents[1]
     code = """
         import json, os
-        seen = {{"listing": os.listdir({root})}}
+        seen = {{}}
+        try:
+            seen["listing"] = os.listdir({root})
+        except OSError as exc:
+            seen["listing"] = type(exc).__name__
         try:
             seen["read"] = open({path}).read()[:20]
         except OSError as exc:
@@ -201,7 +205,11 @@ def test_cannot_read_the_checkout():
         print(json.dumps(seen))
     """
     check = hostile(program(code, root=str(root), path=str(root / "pyproject.toml")))
-    assert report(check) == {"listing": [], "read": "FileNotFoundError"}
+    seen = report(check)
+    # Covered by an empty mount, or gone altogether when the checkout lies under /tmp (which
+    # the sandbox replaces with a private tmpfs): either way nothing of it can be read.
+    assert seen["listing"] in ([], "FileNotFoundError")
+    assert seen["read"] == "FileNotFoundError"
 
 
 @needs_root
