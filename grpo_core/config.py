@@ -253,6 +253,12 @@ class TrainParams(Section):
         description="Levels to train on: the learnable band (solved sometimes, not always); "
         "0 is the level of real datasets that grade no difficulty.",
     )
+    domains: list[Literal["math", "mcq", "code"]] | None = Field(
+        None,
+        description="Domains to train on; null: every domain of the train split. Mixing "
+        "domains in one run is a choice: on the tiny world, training on all three eroded the "
+        "arith levels it did not train on (README).",
+    )
     curriculum: Literal["all", "learnable", "easy", "hard", "unsolved"] = Field(
         "all",
         description="Which of those questions to train on, by the base model's pass rate p in "

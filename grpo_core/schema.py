@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from grpo_core.errors import InputError
@@ -25,6 +26,16 @@ PROBLEM_SCHEMA = pa.schema(
 
 def problems_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=PROBLEM_SCHEMA)
+
+
+def select_problems(
+    table: pa.Table, levels: list[int], domains: list[str] | None = None
+) -> pa.Table:
+    """The problems of `levels` (and of `domains`, unless None), in table order."""
+    table = table.filter(pc.is_in(table["level"], pa.array(levels, pa.int32())))
+    if domains is not None:
+        table = table.filter(pc.is_in(table["domain"], pa.array(domains, pa.string())))
+    return table
 
 
 def read_problems(path: str | Path) -> pa.Table:

@@ -1,5 +1,6 @@
-"""profile: params `profile`, `train.levels`, `reward.code`, `seed`, models/base, the train split ->
-data/profile.parquet (per question: pass rate, confidence, mean length, difficulty bin)."""
+"""profile: params `profile`, `train.levels`, `train.domains`, `reward.code`, `seed`,
+models/base, the train split -> data/profile.parquet (per question: pass rate, confidence,
+mean length, difficulty bin)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from grpo_core.io import write_parquet
 from grpo_core.models import load_model, uses_chat
 from grpo_core.prompts import render_prompts
 from grpo_core.sample import sample_problems
-from grpo_core.schema import read_problems
+from grpo_core.schema import read_problems, select_problems
 from stages.common import log, main
 
 PROFILE_SCHEMA = pa.schema(
@@ -31,9 +32,13 @@ PROFILE_SCHEMA = pa.schema(
 )
 
 
-def profiled_questions(table: pa.Table, levels: list[int], per_level: int) -> list[dict]:
-    """The first `per_level` training problems of each level in `levels`, of each source (so
-    that every domain and dataset of a mixed train split is profiled)."""
+def profiled_questions(
+    table: pa.Table, levels: list[int], per_level: int, domains: list[str] | None = None
+) -> list[dict]:
+    """The first `per_level` training problems of each level in `levels` (and domain in
+    `domains`, unless None), of each source, so that every domain and dataset of a mixed train
+    split is profiled."""
+    table = select_problems(table, levels, domains)
     out = []
     for source in dict.fromkeys(table["source"].to_pylist()):
         of_source = table.filter(pc.equal(table["source"], source))
@@ -46,7 +51,9 @@ def profiled_questions(table: pa.Table, levels: list[int], per_level: int) -> li
 def profile(params: Params) -> None:
     cfg = params.profile
     table = read_problems("data/prepared/train.parquet")
-    problems = profiled_questions(table, params.train.levels, cfg.max_per_level)
+    problems = profiled_questions(
+        table, params.train.levels, cfg.max_per_level, params.train.domains
+    )
     if not problems:
         raise InputError(f"train.levels={params.train.levels}: no training problems to profile")
     model, tokenizer = load_model("models/base")

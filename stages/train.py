@@ -19,7 +19,7 @@ from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.models import load_model, uses_chat
 from grpo_core.prompts import render_prompt
-from grpo_core.schema import read_problems
+from grpo_core.schema import read_problems, select_problems
 from grpo_core.trainer import GRPOTrainer, Question, add_lora, run
 from stages.common import log, main
 
@@ -47,11 +47,12 @@ ROLLOUT_LOG = pa.schema(
 
 
 def training_questions(params: Params) -> list[Question]:
-    """The questions of `train.levels`, narrowed by `train.curriculum` (from the profile),
+    """The questions of `train.levels` and `train.domains`, narrowed by `train.curriculum`
+    (from the profile),
     with their reference solutions and, for OC-GRPO's fixed mode, their guide fractions."""
     cfg = params.train
     table = read_problems("data/prepared/train.parquet")
-    table = table.filter(pc.is_in(table["level"], pa.array(cfg.levels, pa.int32())))
+    table = select_problems(table, cfg.levels, cfg.domains)
     if cfg.curriculum != "all":
         profile = pq.read_table("data/profile.parquet", columns=["id", "bin"])
         ids = profile.filter(pc.is_in(profile["bin"], pa.array(CURRICULA[cfg.curriculum])))
@@ -66,8 +67,9 @@ def training_questions(params: Params) -> list[Question]:
     ]
     if not questions:
         raise InputError(
-            f"train.levels={cfg.levels}, train.curriculum={cfg.curriculum!r}: no training "
-            "problems (a curriculum other than 'all' draws from data/profile.parquet only)"
+            f"train.levels={cfg.levels}, train.domains={cfg.domains}, "
+            f"train.curriculum={cfg.curriculum!r}: no training problems (a curriculum other "
+            "than 'all' draws from data/profile.parquet only)"
         )
     log.info(
         "%d training questions at levels %s (curriculum %s, %d with a guide)",

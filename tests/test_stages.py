@@ -181,3 +181,6 @@ def test_profile_takes_the_first_questions_of_each_level_of_each_source():
     rows += [row("mcq", lv, k) for lv in (3, 4) for k in range(3)]
     picked = profiled_questions(problems_table(rows), levels=[3], per_level=2)
     assert [r["id"] for r in picked] == ["arith-3-0", "arith-3-1", "mcq-3-0", "mcq-3-1"]
+    rows[-1]["domain"] = "mcq"  # mcq-4-2
+    picked = profiled_questions(problems_table(rows), levels=[3, 4], per_level=3, domains=["mcq"])
+    assert [r["id"] for r in picked] == ["mcq-4-2"]
