@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -168,9 +169,33 @@ class LoraParams(Section):
     r: PositiveInt = 8
     alpha: PositiveFloat = 16.0
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    target_modules: str | list[str] = Field(
-        "all-linear", description="peft target_modules: 'all-linear' or a list of module names."
+    target_modules: (
+        Literal["all-linear", "attention", "mlp"] | Annotated[list[str], Field(min_length=1)]
+    ) = Field(
+        "all-linear",
+        description="Which linear layers get adapters: all-linear (every linear layer but the "
+        "output head), attention (q/k/v/o projections), mlp (gate/up/down projections), or a "
+        "list of module names (e.g. [q_proj, v_proj]).",
     )
+    layers: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
+        None,
+        description="Decoder layers that get adapters, as a list ([0, 2]) or an inclusive "
+        "range '0-1'; null: every layer.",
+    )
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _layer_range(cls, value: object) -> object:
+        if isinstance(value, str):
+            first, sep, last = value.partition("-")
+            if not (sep and first.strip().isdigit() and last.strip().isdigit()):
+                raise ValueError(f"{value!r}: expected a list of layer indices or a range 'a-b'")
+            if int(first) > int(last):
+                raise ValueError(f"{value!r}: the range is empty")
+            return list(range(int(first), int(last) + 1))
+        if isinstance(value, int):
+            return [value]
+        return value
 
 
 class CodapoParams(Section):
@@ -333,6 +358,11 @@ class TrainParams(Section):
         "left out of the loss, so truncation is not punished as a wrong answer.",
     )
     adv_epsilon: PositiveFloat = Field(1e-4, description="Added to the group std (GRPO).")
+    checkpoint_every: PositiveInt = Field(
+        10,
+        description="Save the policy's weights (the adapters with LoRA) to checkpoints/ every "
+        "this many steps and at the last step: what the `dynamics` stage reads.",
+    )
     codapo: CodapoParams = CodapoParams()
     oc_grpo: OffContextParams = OffContextParams()
     lora: LoraParams = LoraParams()
@@ -386,6 +416,30 @@ class EvalParams(SamplingParams):
         if too_big:
             raise ValueError(f"pass_at values {too_big} exceed samples ({self.samples})")
         return self
+
+
+class DynamicsParams(Section):
+    """`dynamics` stage: what training changed in the weights (per tensor and checkpoint,
+    grpo_core.dynamics) and in the tokens (from the rollout log, grpo_core.token_dynamics)."""
+
+    tolerance: PositiveFloat = Field(
+        2**-8,
+        description="An entry counts as changed when |W_t - W_0| > tolerance * |W_0|; the "
+        "default 2^-8 is bf16's unit roundoff: a smaller change would not survive storing "
+        "the weights in bf16.",
+    )
+    svd: Literal["auto", "exact", "randomized"] = Field(
+        "auto",
+        description="Singular values of each update: exact, randomized (the top svd_rank, "
+        "torch.svd_lowrank), or auto (exact up to svd_exact_max rows or columns).",
+    )
+    svd_rank: PositiveInt = Field(64, description="Singular values a randomized SVD estimates.")
+    svd_exact_max: PositiveInt = Field(
+        1024, description="auto: an exact SVD when min(rows, cols) is at most this."
+    )
+    svd_niter: Annotated[int, Field(ge=0)] = Field(
+        4, description="Power iterations of the randomized SVD (more: sharper, slower)."
+    )
 
 
 class CodeRewardParams(Section):
@@ -445,6 +499,7 @@ class Params(Section):
     profile: ProfileParams = ProfileParams()
     guide: GuideParams = GuideParams()
     train: TrainParams = TrainParams()
+    dynamics: DynamicsParams = DynamicsParams()
     eval: EvalParams = EvalParams()
     reward: RewardParams = RewardParams()
 

@@ -22,6 +22,7 @@ from grpo_core.codapo import (
 )
 from grpo_core.config import RewardParams, TrainParams
 from grpo_core.difficulty import is_correct
+from grpo_core.errors import InputError
 from grpo_core.losses import KL_ESTIMATORS, POLICY_LOSSES, agg_loss, masked_mean
 from grpo_core.offcontext import guide_prefix, importance_weights
 from grpo_core.rewards import format_reward, overlong_penalty, shaped_rewards, verify_batch
@@ -101,18 +102,81 @@ class QuestionSampler:
             out.append(self.order.pop())
         return out
 
+    def state_dict(self) -> dict:
+        """Where the sampler is: its generator's state and what is left of the epoch."""
+        return {
+            "num_questions": self.num_questions,
+            "rng": self.rng.bit_generator.state,
+            "order": list(self.order),
+        }
 
-def add_lora(model, lora) -> torch.nn.Module:
-    from peft import LoraConfig, get_peft_model
+    def load_state_dict(self, state: dict) -> None:
+        if state["num_questions"] != self.num_questions:
+            raise ValueError(
+                f"sampler state is for {state['num_questions']} questions, not {self.num_questions}"
+            )
+        self.rng.bit_generator.state = state["rng"]
+        self.order = list(state["order"])
 
-    config = LoraConfig(
+
+# `train.lora.target_modules` aliases, by the module names of Llama/Qwen/Mistral-style models.
+LORA_TARGETS = {
+    "attention": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "mlp": ["gate_proj", "up_proj", "down_proj"],
+}
+
+
+def lora_config(model, lora):
+    """peft's LoraConfig for `train.lora` on `model`, with the aliases resolved and the module
+    names and layer indices checked against the model (an InputError names the key)."""
+    from peft import LoraConfig
+
+    linear = sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    )
+    targets = lora.target_modules
+    if isinstance(targets, str):
+        targets = LORA_TARGETS.get(targets, targets)
+    if targets != "all-linear":
+        missing = [t for t in targets if t not in linear]
+        if missing:
+            raise InputError(
+                f"train.lora.target_modules={lora.target_modules!r}: the model has no linear "
+                f"module named {missing}; its linear modules are {linear}"
+            )
+    layers = None
+    if lora.layers is not None:
+        num_layers = model.config.num_hidden_layers
+        bad = [i for i in lora.layers if i >= num_layers]
+        if bad:
+            raise InputError(
+                f"train.lora.layers={lora.layers}: the model has {num_layers} layers "
+                f"(0..{num_layers - 1}); no layer {bad}"
+            )
+        layers = list(lora.layers)
+        if targets == "all-linear":  # peft takes layers only with named targets
+            head = model.get_output_embeddings()
+            targets = [
+                n.rsplit(".", 1)[-1]
+                for n, m in model.named_modules()
+                if isinstance(m, torch.nn.Linear) and m is not head and ".layers." in n
+            ]
+            targets = sorted(set(targets))
+    return LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
+        target_modules=targets,
+        layers_to_transform=layers,
+        layers_pattern="layers" if layers is not None else None,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+
+
+def add_lora(model, lora) -> torch.nn.Module:
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(model, lora))
 
 
 class GRPOTrainer:
@@ -145,6 +209,24 @@ class GRPOTrainer:
         # CoDaPO: questions chosen after the last update, to open the next mini-batch.
         self.resample_queue: list[Question] = []
         self.num_resampled = 0  # how many of the current batch's questions were resampled
+
+    # ---- state (resume) ---------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """What a resumed run needs besides the weights: optimizer and scheduler state, and
+        CoDaPO's queue (by question id)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "resample_queue": [q.id for q in self.resample_queue],
+            "num_resampled": self.num_resampled,
+        }
+
+    def load_state_dict(self, state: dict, questions: list[Question]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        by_id = {q.id: q for q in questions}
+        self.resample_queue = [by_id[i] for i in state["resample_queue"]]
+        self.num_resampled = state["num_resampled"]
 
     # ---- batches ----------------------------------------------------------------------
     def next_batch(self, draw: Callable[[int], list[Question]]) -> list[Question]:
@@ -292,6 +374,10 @@ class GRPOTrainer:
             "entropy": float(masked_mean(entropy, ro.completion_mask)),
             "frac_sequences_trained": keep.float().mean().item(),
         }
+        # Per row of this batch, summed over its tokens and the optimizer steps: the
+        # coefficient the loss put on grad log pi (|.|, signed), clipped tokens, tokens.
+        zeros = torch.zeros(len(rewards), device=rewards.device)
+        self.row_stats = {k: zeros.clone() for k in ("weight_abs", "weight", "clipped", "tokens")}
         if not keep.any():
             # Nothing to learn from (every group uniform): no optimizer step, but the same
             # metric keys, so every curve has a point at every step.
@@ -301,6 +387,7 @@ class GRPOTrainer:
                 metrics["kl"] = float(masked_mean(kl, ro.completion_mask))
             for name in ("low_mean", "high_mean", "region_mean"):
                 metrics[f"clip_ratio/{name}"] = 0.0
+            metrics["update_weight/abs_mean"] = 0.0
             return metrics
 
         # Keep the trained rows only, and only as many completion columns as they use.
@@ -323,6 +410,8 @@ class GRPOTrainer:
 
         # Running sums stay tensors on the device: no host sync inside the loop.
         sums = dict.fromkeys(("loss", "kl", "low", "high"), torch.zeros((), device=ids.device))
+        kept = torch.nonzero(keep).flatten()
+        rows = {k: torch.zeros(len(adv), device=ids.device) for k in self.row_stats}
         self.policy.train()
         for _ in range(cfg.updates_per_batch):
             for j, c in enumerate(chunks):
@@ -348,6 +437,12 @@ class GRPOTrainer:
                 sums["loss"] = sums["loss"] + loss.detach()
                 sums["low"] = sums["low"] + (out.clipped_low & m.bool()).sum()
                 sums["high"] = sums["high"] + (out.clipped_high & m.bool()).sum()
+                with torch.no_grad():
+                    weight = update_weights(out, adv[c], cfg.dual_clip) * m
+                    rows["weight_abs"][c] += weight.abs().sum(1)
+                    rows["weight"][c] += weight.sum(1)
+                    rows["clipped"][c] += ((out.clipped_low | out.clipped_high) & m.bool()).sum(1)
+                    rows["tokens"][c] += m.sum(1)
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 [q for q in self.policy.parameters() if q.requires_grad], cfg.max_grad_norm
             )
@@ -356,7 +451,10 @@ class GRPOTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             metrics["grad_norm"] += float(grad_norm) / cfg.updates_per_batch
 
+        for k, v in rows.items():
+            self.row_stats[k][kept] = v
         n_upd = cfg.updates_per_batch
+        metrics["update_weight/abs_mean"] = float(rows["weight_abs"].sum()) / (num_tokens * n_upd)
         sums = {k: float(v) for k, v in sums.items()}
         metrics["loss"] = sums["loss"] / n_upd
         if cfg.kl_coef > 0:
@@ -453,6 +551,12 @@ class GRPOTrainer:
             )
         )
         metrics["entropy"] = float(masked_mean(entropy, ro.completion_mask))
+        row_stats = self.row_stats
+        if rows is not None:  # back onto every sampled row; the untrained ones stay 0
+            row_stats = {}
+            for k, v in self.row_stats.items():
+                row_stats[k] = torch.zeros(len(rewards), device=v.device)
+                row_stats[k][rows] = v
 
         resample = cfg.codapo.enabled and cfg.codapo.resample
         if resample and not (cfg.codapo.alternate and self.num_resampled):
@@ -466,11 +570,28 @@ class GRPOTrainer:
         if adv_weights is not None:
             advantages = advantages * adv_weights
         return metrics, self._log_rows(
-            questions, sampled, old_logp, confidence, difficulty, values, advantages, trained
+            questions,
+            sampled,
+            old_logp,
+            confidence,
+            difficulty,
+            values,
+            advantages,
+            trained,
+            row_stats,
         )
 
     def _log_rows(
-        self, questions, sampled, old_logp, confidence, difficulty, values, advantages, trained
+        self,
+        questions,
+        sampled,
+        old_logp,
+        confidence,
+        difficulty,
+        values,
+        advantages,
+        trained,
+        row_stats,
     ) -> list[dict]:
         g, ro = self.cfg.group_size, sampled.ro
         grouped = sampled.rewards.view(-1, g)
@@ -485,6 +606,12 @@ class GRPOTrainer:
         conf, diff = confidence.tolist(), difficulty.tolist()
         vals = values.tolist() if values is not None else [None] * len(questions)
         n_correct, trained = n_correct.tolist(), trained.tolist()
+        group = {k: v.view(-1, g).sum(dim=1) for k, v in row_stats.items()}
+        tokens = group["tokens"].tolist()
+        per_token = {
+            k: (group[k] / group["tokens"].clamp(min=1)).tolist()
+            for k in ("weight_abs", "weight", "clipped")
+        }
         return [
             {
                 "id": q.id,
@@ -502,9 +629,25 @@ class GRPOTrainer:
                 "guide_fraction": sampled.fractions[i],
                 "resampled": i < self.num_resampled,
                 "trained": trained[i],
+                "update_weight_abs": per_token["weight_abs"][i] if tokens[i] else None,
+                "update_weight_mean": per_token["weight"][i] if tokens[i] else None,
+                "clip_frac": per_token["clipped"][i] if tokens[i] else None,
             }
             for i, q in enumerate(questions)
         ]
+
+
+def update_weights(out, advantages: torch.Tensor, dual_clip: float | None) -> torch.Tensor:
+    """(B, T) the coefficient the clipped surrogate puts on each token's grad log pi:
+    advantage x ratio where the loss is not clipped, 0 where it is (the gradient of
+    -min(rho A, clip(rho) A) with respect to log pi). `advantages` (B,) or (B, T) already carry
+    CoDaPO's value and OC-GRPO's importance weights."""
+    if advantages.ndim == 1:
+        advantages = advantages.unsqueeze(1)
+    active = ~(out.clipped_low | out.clipped_high)
+    if dual_clip is not None:  # a dual-clipped token's loss is the constant -c A
+        active = active & ~((advantages < 0) & (out.ratio > dual_clip))
+    return advantages * out.ratio * active
 
 
 def rollout_metrics(ro: Rollouts, rewards: torch.Tensor, group_size: int) -> dict[str, float]:
@@ -527,10 +670,14 @@ def run(
     steps: int,
     seed: int,
     on_step: Callable[[int, dict[str, float], list[dict]], None] | None = None,
+    sampler: QuestionSampler | None = None,
+    start: int = 0,
 ) -> None:
-    """The RL loop: `steps` steps of `prompts_per_step` questions each, with a progress bar."""
-    sampler = QuestionSampler(len(questions), seed)
-    bar = tqdm(range(steps), desc="grpo", unit="step")
+    """The RL loop: steps `start`..`steps - 1` of `prompts_per_step` questions each, with a
+    progress bar. A resumed run passes the sampler and the trainer as they were after step
+    `start - 1`; every step seeds its own sampling, so it continues exactly where it stopped."""
+    sampler = sampler or QuestionSampler(len(questions), seed)
+    bar = tqdm(range(start, steps), desc="grpo", unit="step", initial=start, total=steps)
     for step in bar:
         torch.manual_seed(seed * 100_003 + step)  # each step's sampling is reproducible alone
 

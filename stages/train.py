@@ -1,17 +1,24 @@
 """train: params `algo`, `train`, `seed`, models/base, the train split, data/profile.parquet
 (curricula), data/guides.parquet (OC-GRPO fixed) -> models/policy/ (HF directory, LoRA merged,
-with the resolved train params in grpo_lab.json), metrics/train/ (dvclive),
+with the resolved train params in grpo_lab.json), checkpoints/step-N/ (weights every
+`train.checkpoint_every` steps and at the end), metrics/train/ (dvclive),
 data/rollouts.parquet (one row per question per step)"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
+import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import torch
 from dvclive import Live
+from safetensors.torch import load_file
 
 from grpo_core.config import Params
 from grpo_core.difficulty import CURRICULA
@@ -20,7 +27,7 @@ from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.models import load_model, uses_chat
 from grpo_core.prompts import render_prompt
 from grpo_core.schema import read_problems, select_problems
-from grpo_core.trainer import GRPOTrainer, Question, add_lora, run
+from grpo_core.trainer import GRPOTrainer, Question, QuestionSampler, add_lora, run
 from stages.common import log, main
 
 # data/rollouts.parquet: one row per question per step (GRPOTrainer._log_rows).
@@ -42,8 +49,136 @@ ROLLOUT_LOG = pa.schema(
         ("guide_fraction", pa.float64()),
         ("resampled", pa.bool_()),  # CoDaPO: the question was repeated from the last step
         ("trained", pa.bool_()),  # the group entered the loss
+        # Per completion token of the group, over the step's optimizer updates: the coefficient
+        # the loss put on grad log pi (advantage x ratio x clip mask x CoDaPO / OC-GRPO weight),
+        # its absolute value, and the fraction of tokens clipped; null if not trained.
+        ("update_weight_abs", pa.float64()),
+        ("update_weight_mean", pa.float64()),
+        ("clip_frac", pa.float64()),
     ]
 )
+CHECKPOINTS = Path("checkpoints")
+# What the run reads (with the params): a resume state is valid only for the same inputs.
+TRAIN_INPUTS = [
+    "models/base",
+    "data/prepared/train.parquet",
+    "data/profile.parquet",
+    "data/guides.parquet",
+]
+# A run in progress: its checkpoints and, at each, what resuming needs. A killed run leaves it
+# here (DVC removes a stage's outputs before rerunning it, but not this), and the next run with
+# the same params and inputs continues from it. On success its checkpoints move to checkpoints/.
+RUN_DIR = Path(".grpo_lab/train")
+
+
+def checkpoint_dir(root: Path, step: int) -> Path:
+    """root/step-000010: the policy after `step` RL steps."""
+    return root / f"step-{step:06d}"
+
+
+def save_checkpoint(policy, step: int) -> None:
+    """The policy's weights after `step` steps: the whole model, or with LoRA the adapters
+    only (peft's format; `dynamics` merges B @ A itself), written atomically."""
+    with atomic_path(checkpoint_dir(RUN_DIR, step)) as tmp:
+        policy.save_pretrained(tmp)
+
+
+def load_checkpoint(policy, directory: Path) -> None:
+    """Weights saved by `save_checkpoint` back into `policy` (built as the run built it)."""
+    if (directory / "adapter_model.safetensors").exists():
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(policy, load_file(directory / "adapter_model.safetensors"))
+        return
+    index = directory / "model.safetensors.index.json"
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index.exists()
+        else ["model.safetensors"]
+    )
+    missing = {k for k in policy.state_dict()}
+    for name in files:  # one shard at a time
+        shard = load_file(directory / name)
+        _, unexpected = policy.load_state_dict(shard, strict=False)
+        if unexpected:
+            raise InputError(f"{directory / name}: tensors the model lacks: {unexpected}")
+        missing -= set(shard)
+    tied = {"lm_head.weight"} if policy.config.tie_word_embeddings else set()
+    if missing - tied:
+        raise InputError(f"{directory}: no weights for {sorted(missing - tied)}")
+
+
+def _file_digest(path: Path, whole: bool) -> str:
+    """sha256 of a file, or for model weights of its size, first and last MiB (a fingerprint
+    that does not read a 15 GB checkpoint)."""
+    h = hashlib.sha256(str(path.stat().st_size).encode())
+    with open(path, "rb") as f:
+        if whole:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        else:
+            h.update(f.read(1 << 20))
+            f.seek(max(0, path.stat().st_size - (1 << 20)))
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def run_fingerprint(params: Params, inputs: list[str]) -> str:
+    """What a run depends on: the resolved params it reads and its input files. A resume state
+    with another fingerprint belongs to another run and is discarded."""
+    h = hashlib.sha256()
+    record = {
+        "seed": params.seed,
+        "algo": params.algo,
+        "train": params.train.model_dump(),
+        "reward": params.reward.model_dump(),
+    }
+    h.update(json.dumps(record, sort_keys=True).encode())
+    for name in inputs:
+        path = Path(name)
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for f in (f for f in files if f.exists()):
+            h.update(f"{f}:{_file_digest(f, whole=f.suffix != '.safetensors')}".encode())
+    return h.hexdigest()
+
+
+def save_resume(fingerprint: str, step: int, trainer, sampler, history, log_rows) -> None:
+    """Everything but the weights (checkpoints/step-N has those) to continue after `step`."""
+    with atomic_path(RUN_DIR / "resume") as tmp:
+        tmp.mkdir()
+        torch.save(trainer.state_dict(), tmp / "trainer.pt")
+        state = {
+            "fingerprint": fingerprint,
+            "step": step,
+            "sampler": sampler.state_dict(),
+            "history": history,
+            "log_rows": log_rows,
+        }
+        (tmp / "state.json").write_text(json.dumps(state))
+
+
+def load_resume(fingerprint: str) -> dict | None:
+    """The state of a stopped run with this fingerprint, or None (a fresh run: any other
+    run's leftovers are removed)."""
+    state_file = RUN_DIR / "resume/state.json"
+    if state_file.exists():
+        state = json.loads(state_file.read_text())
+        if state["fingerprint"] == fingerprint:
+            state["trainer"] = torch.load(RUN_DIR / "resume/trainer.pt", weights_only=True)
+            return state
+        log.info("%s belongs to another run (params or inputs changed): starting afresh", RUN_DIR)
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
+    return None
+
+
+def publish_checkpoints() -> None:
+    """Move the finished run's checkpoints to checkpoints/ (the DVC output) in one rename."""
+    shutil.rmtree(RUN_DIR / "resume", ignore_errors=True)  # a rerun must not resume a finished run
+    with atomic_path(CHECKPOINTS) as tmp:
+        tmp.mkdir()
+        for step_dir in sorted(RUN_DIR.glob("step-*")):
+            step_dir.rename(tmp / step_dir.name)
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 def training_questions(params: Params) -> list[Question]:
@@ -100,20 +235,43 @@ def train(params: Params) -> None:
         policy = add_lora(policy, cfg.lora)
     elif cfg.kl_coef > 0:
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    fingerprint = run_fingerprint(params, TRAIN_INPUTS)
+    resume = load_resume(fingerprint)
     trainer = GRPOTrainer(policy, tokenizer, cfg, reference=reference, reward=params.reward)
-
+    sampler = QuestionSampler(len(questions), params.seed)
+    history: list[dict] = []  # step metrics
     log_rows: list[dict] = []
+    start = 0
+    if resume is not None:
+        start = resume["step"]
+        load_checkpoint(policy, checkpoint_dir(RUN_DIR, start))
+        trainer.load_state_dict(resume["trainer"], questions)
+        sampler.load_state_dict(resume["sampler"])
+        history, log_rows = resume["history"], resume["log_rows"]
+        log.info("resuming from step %d of %d (%s)", start, cfg.steps, RUN_DIR)
+
     # Step metrics go to metrics/train (declared as metrics and plots in dvc.yaml); dvclive
     # must not write dvc.yaml or make experiments of its own inside a DVC stage.
     with Live(dir="metrics/train", save_dvc_exp=False, dvcyaml=None) as live:
 
-        def on_step(step: int, metrics: dict[str, float], rows: list[dict]) -> None:
+        def log_step(metrics: dict[str, float]) -> None:
             for name, value in metrics.items():
                 live.log_metric(name, value)
             live.next_step()
-            log_rows.extend({"step": step, **row} for row in rows)
 
-        run(trainer, questions, cfg.steps, params.seed, on_step=on_step)
+        for metrics in history:  # a resumed run's curves start at step 0 too
+            log_step(metrics)
+
+        def on_step(step: int, metrics: dict[str, float], rows: list[dict]) -> None:
+            log_step(metrics)
+            history.append(metrics)
+            log_rows.extend({"step": step, **row} for row in rows)
+            done = step + 1
+            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+                save_checkpoint(policy, done)
+                save_resume(fingerprint, done, trainer, sampler, history, log_rows)
+
+        run(trainer, questions, cfg.steps, params.seed, on_step, sampler=sampler, start=start)
 
     if cfg.lora.enabled:
         policy = policy.merge_and_unload()
@@ -129,6 +287,7 @@ def train(params: Params) -> None:
         }
         write_json(record, tmp / "grpo_lab.json")
     write_parquet(pa.Table.from_pylist(log_rows, schema=ROLLOUT_LOG), "data/rollouts.parquet")
+    publish_checkpoints()
 
 
 if __name__ == "__main__":

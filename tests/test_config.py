@@ -10,7 +10,7 @@ def test_repository_params_yaml_is_valid_and_complete():
         raw = yaml.safe_load(f)
     # Every declared field is spelled out in params.yaml, so users see every knob.
     assert set(raw) == set(Params.model_fields)
-    for section in ("data", "model", "profile", "guide", "train", "eval", "reward"):
+    for section in ("data", "model", "profile", "guide", "train", "dynamics", "eval", "reward"):
         assert set(raw[section]) == set(type(getattr(params, section)).model_fields), section
     for sub in ("codapo", "oc_grpo", "lora"):
         assert set(raw["train"][sub]) == set(type(getattr(params.train, sub)).model_fields), sub

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ("prepare", "base", "profile", "guide", "train", "evaluate")
+STAGES = ("prepare", "base", "profile", "guide", "train", "dynamics", "evaluate")
 pytestmark = pytest.mark.pipeline
 
 SMALL = {
@@ -43,6 +43,7 @@ SMALL = {
         "group_size": 4,
         "max_new_tokens": 20,
         "micro_batch_size": 16,
+        "checkpoint_every": 1,
     },
     "eval": {"samples": 2, "max_new_tokens": 20, "pass_at": [1, 2]},
 }
@@ -55,8 +56,8 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def sh(repo: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {
+def _env() -> dict[str, str]:
+    return {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "DVC_NO_ANALYTICS": "1",
@@ -65,7 +66,10 @@ def sh(repo: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess
         "GIT_COMMITTER_NAME": "t",
         "GIT_COMMITTER_EMAIL": "t@t",
     }
-    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+
+
+def sh(repo: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, cwd=repo, env=_env(), capture_output=True, text=True)
     if check and done.returncode != 0:
         raise AssertionError(
             f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
@@ -158,8 +162,27 @@ def test_repro_builds_every_artifact(repo):
     assert {"confidence", "difficulty", "adv_abs_mean", "guided", "trained"} <= set(
         log.column_names
     )
+    assert sorted(p.name for p in (repo / "checkpoints").iterdir()) == [
+        "step-000001",
+        "step-000002",
+    ]
+    tensors = pq.read_table(repo / "data/dynamics/tensors.parquet").to_pylist()
+    base_names = set(safetensors_names(repo / "models/base/model.safetensors"))
+    assert {r["name"] for r in tensors} == base_names
+    assert sorted({r["step"] for r in tensors}) == [1, 2]
+    if any(r["trained"] for r in log.to_pylist()):
+        assert max(r["rel_update"] for r in tensors) > 0
+    tokens = pq.read_table(repo / "data/dynamics/tokens.parquet")
+    assert {"logp_correct", "adv_abs_p50", "zero_adv_frac", "accuracy"} <= set(
+        tokens.column_names
+    )
+    summary = json.loads((repo / "metrics/dynamics.json").read_text())
+    assert summary["weights"]["step"] == 2
+    for name in ("heatmap.png", "tokens.png", "confidence.csv", "advantage.csv"):
+        assert (repo / "metrics/dynamics" / name).stat().st_size > 0, name
     plots = sh(repo, "dvc", "plots", "show", "--json")
     assert "accuracy by level" in plots.stdout and "metrics/train/plots/metrics" in plots.stdout
+    assert "confidence inflation" in plots.stdout and "heatmap.png" in plots.stdout
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "repro")
 
@@ -168,6 +191,132 @@ def test_second_repro_is_up_to_date(repo):
     done = sh(repo, "dvc", "repro")
     assert ran(done) == []
     assert "up to date" in done.stdout
+
+
+def test_a_teammate_pulls_the_artifacts_and_recomputes_nothing(repo, tmp_path):
+    """The README's sharing recipe: a shared folder as the DVC remote, `dvc push`; a fresh
+    clone, `dvc pull`, `dvc repro` says up to date; an experiment travels by `dvc exp push`
+    and `dvc exp pull`."""
+    upstream, remote, clone = tmp_path / "upstream.git", tmp_path / "dvc-remote", tmp_path / "mate"
+    sh(tmp_path, "git", "init", "-q", "--bare", str(upstream))
+    sh(repo, "git", "remote", "add", "origin", str(upstream))
+    sh(repo, "dvc", "remote", "add", "-d", "shared", str(remote))
+    sh(repo, "git", "commit", "-qam", "shared dvc remote")
+    sh(repo, "git", "push", "-q", "origin", "HEAD:main")
+    sh(repo, "dvc", "push")
+    sh(tmp_path, "git", "clone", "-q", "-b", "main", str(upstream), str(clone))
+    sh(clone, "dvc", "pull")
+    for path in ("models/policy/model.safetensors", "data/dynamics/tensors.parquet"):
+        assert (clone / path).read_bytes() == (repo / path).read_bytes(), path
+    done = sh(clone, "dvc", "repro")
+    assert ran(done) == [] and "up to date" in done.stdout
+    assert "up to date" in sh(clone, "dvc", "status").stdout
+
+    sh(repo, "dvc", "exp", "run", "-S", "eval.temperature=0.9", "--name", "shared-exp")
+    sh(repo, "dvc", "exp", "push", "origin", "shared-exp")
+    sh(clone, "dvc", "exp", "pull", "origin", "shared-exp")
+    assert "shared-exp" in sh(clone, "dvc", "exp", "show", "--csv").stdout
+    sh(clone, "dvc", "exp", "apply", "shared-exp")
+    ours = json.loads((repo / "metrics/eval.json").read_text())
+    assert json.loads((clone / "metrics/eval.json").read_text()) == ours
+    sh(repo, "git", "checkout", "params.yaml")
+    sh(repo, "dvc", "checkout", "--force")
+
+
+def safetensors_names(path: Path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return list(f.keys())
+
+
+def test_a_lora_target_sweep_is_one_queue_line(repo):
+    """`dvc exp run --queue` with a comma list queues one experiment per target set; in each,
+    the dynamics stage finds updates in the targeted module types only."""
+    sh(
+        repo,
+        "dvc",
+        "exp",
+        "run",
+        "--queue",
+        "-S",
+        "train.lora.enabled=true",
+        "-S",
+        "train.lora.target_modules=attention,mlp",
+        "-S",
+        "train.lora.layers=[0]",
+        "-S",
+        "train.lr=0.003",
+    )
+    sh(repo, "dvc", "exp", "run", "--run-all")
+    import pyarrow.parquet as pq
+
+    names = sh(repo, "dvc", "exp", "list", "--name-only").stdout.split()
+    seen = {}
+    for name in names:
+        sh(repo, "dvc", "exp", "apply", name)
+        lora = yaml.safe_load((repo / "params.yaml").read_text())["train"]["lora"]
+        if not lora["enabled"]:
+            continue
+        tensors = pq.read_table(repo / "data/dynamics/tensors.parquet").to_pylist()
+        seen[lora["target_modules"]] = {r["module"] for r in tensors if r["rel_update"] > 0}
+    assert seen == {"attention": {"q", "k", "v", "o"}, "mlp": {"gate", "up", "down"}}
+    sh(repo, "git", "checkout", "params.yaml")
+    sh(repo, "dvc", "checkout", "--force")
+
+
+def test_a_killed_train_stage_resumes_and_ends_as_an_unbroken_run(repo):
+    """SIGKILL `dvc repro` in the middle of `train`; the next `dvc repro` resumes from the last
+    checkpoint, and its outputs are byte for byte those of an unbroken run with the same
+    params (run afterwards with `--force`)."""
+    import signal
+    import time
+
+    import pyarrow.parquet as pq
+
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["train"].update(steps=8, checkpoint_every=2)  # params DVC has not run yet
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    state = repo / ".grpo_lab/train/resume/state.json"
+    proc = subprocess.Popen(
+        ["dvc", "repro"],
+        cwd=repo,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 600
+    while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = json.loads(state.read_text())["step"]
+    assert killed_at < 8 and not (repo / "checkpoints").exists()
+
+    done = sh(repo, "dvc", "repro")
+    assert f"resuming from step {killed_at} of 8" in done.stdout + done.stderr
+    assert ran(done) == ["train", "dynamics", "evaluate"]
+    assert not (repo / ".grpo_lab/train").exists()
+
+    def outputs() -> dict:
+        return {
+            "policy": (repo / "models/policy/model.safetensors").read_bytes(),
+            "checkpoints": {
+                p.name: (p / "model.safetensors").read_bytes()
+                for p in sorted((repo / "checkpoints").iterdir())
+            },
+            "log": pq.read_table(repo / "data/rollouts.parquet").to_pylist(),
+            "metrics": (repo / "metrics/train/metrics.json").read_text(),
+        }
+
+    resumed = outputs()
+    assert sorted(resumed["checkpoints"]) == [f"step-00000{i}" for i in (2, 4, 6, 8)]
+    done = sh(repo, "dvc", "repro", "--force", "--single-item", "train")
+    assert "resuming" not in done.stdout + done.stderr
+    assert outputs() == resumed
+    sh(repo, "git", "checkout", "params.yaml")
+    sh(repo, "dvc", "checkout", "--force")
 
 
 def test_changing_an_eval_param_reruns_only_evaluate(repo):
@@ -185,7 +334,7 @@ def test_changing_an_eval_param_reruns_only_evaluate(repo):
 
 def test_exp_run_with_set_param_and_metrics_diff(repo):
     done = sh(repo, "dvc", "exp", "run", "-S", "algo=grpo", "-S", "train.lr=0.003")
-    assert ran(done) == ["train", "evaluate"]
+    assert ran(done) == ["train", "dynamics", "evaluate"]
     diff = sh(repo, "dvc", "metrics", "diff", "--json")
     changed = json.loads(diff.stdout)
     assert "metrics/train/metrics.json" in changed
@@ -196,7 +345,7 @@ def test_exp_run_with_set_param_and_metrics_diff(repo):
 @pytest.mark.parametrize("algo", ["dr_grpo", "dapo", "codapo", "oc_grpo"])
 def test_each_algo_preset_reruns_only_train_and_evaluate(repo, algo):
     done = sh(repo, "dvc", "exp", "run", "-S", f"algo={algo}", "--name", f"preset-{algo}")
-    assert ran(done) == ["train", "evaluate"]
+    assert ran(done) == ["train", "dynamics", "evaluate"]
     show = json.loads(sh(repo, "dvc", "exp", "show", "--json").stdout)
     assert f"preset-{algo}" in json.dumps(show)
     record = json.loads((repo / "models/policy/grpo_lab.json").read_text())

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from grpo_core import rewards
-from grpo_core.config import LoraParams, TrainParams
+from grpo_core.config import LoraParams, TinyModelParams, TrainParams
 from grpo_core.trainer import GRPOTrainer, Question, QuestionSampler, add_lora, run
 
 
@@ -373,3 +373,150 @@ def test_the_training_reward_is_the_weighted_sum_and_each_component_is_logged(
     for name in ("correct", "format", "overlong"):
         assert f"rewards/{name}/mean" in metrics and f"rewards/{name}/std" in metrics
     assert all(0.0 <= r["difficulty"] <= 1.0 for r in rows)
+
+
+def test_update_weights_are_advantage_times_ratio_where_not_clipped():
+    """Hand case: clip 0.2. Token 1: A=+1, rho=1.5 > 1.2 -> clipped, 0. Token 2: A=+1,
+    rho=0.5 -> unclipped (the min is rho*A), 0.5. Token 3: A=-2, rho=0.5 < 0.8 -> clipped, 0.
+    Token 4: A=-2, rho=1.1 -> -2.2; with dual clip c=3, rho=4 -> bounded, 0."""
+    from grpo_core.losses import clipped_surrogate
+    from grpo_core.trainer import update_weights
+
+    ratio = torch.tensor([[1.5, 0.5], [0.5, 1.1]])
+    adv = torch.tensor([1.0, -2.0])
+    out = clipped_surrogate(ratio.log(), torch.zeros(2, 2), adv, 0.2, 0.2)
+    torch.testing.assert_close(update_weights(out, adv, None), torch.tensor([[0, 0.5], [0, -2.2]]))
+    # The weight is the gradient of the loss with respect to log pi, with the sign flipped.
+    logp = ratio.log().requires_grad_()
+    clipped_surrogate(logp, torch.zeros(2, 2), adv, 0.2, 0.2).per_token.sum().backward()
+    torch.testing.assert_close(-logp.grad, update_weights(out, adv, None))
+    ratio = torch.tensor([[1.0, 4.0]])
+    adv = torch.tensor([-2.0])
+    out = clipped_surrogate(ratio.log(), torch.zeros(1, 2), adv, 0.2, 0.2, dual_clip=3.0)
+    torch.testing.assert_close(update_weights(out, adv, 3.0), torch.tensor([[-2.0, 0.0]]))
+
+
+def test_log_rows_report_the_update_weight_of_each_trained_group(
+    tokenizer, tiny_model, starts_with_7, monkeypatch
+):
+    """One update at the rollout weights: rho = 1, nothing clipped, so a group's weight per
+    token is its advantages averaged over its completion tokens."""
+    from grpo_core.advantages import get_advantage
+
+    # A reward that varies within groups: the parity of the completion's characters.
+    monkeypatch.setitem(rewards.VERIFIERS, "toy", lambda c, a: float(sum(map(ord, c)) % 2))
+    cfg = _cfg(updates_per_batch=1)
+    trainer = GRPOTrainer(tiny_model, tokenizer, cfg)
+    torch.manual_seed(0)
+    sampled = trainer.rollout(starts_with_7)
+    torch.manual_seed(0)  # the same rollouts again inside step()
+    metrics, rows = trainer.step(starts_with_7)
+    adv = get_advantage(cfg.advantage)(sampled.rewards, 8, epsilon=cfg.adv_epsilon)
+    tokens = sampled.ro.completion_mask.sum(1)
+    for i, row in enumerate(rows):
+        a, n = adv[i * 8 : (i + 1) * 8], tokens[i * 8 : (i + 1) * 8]
+        if not row["trained"]:
+            assert row["update_weight_abs"] is None and row["clip_frac"] is None
+            continue
+        assert row["update_weight_abs"] == pytest.approx(float((a.abs() * n).sum() / n.sum()))
+        assert row["update_weight_mean"] == pytest.approx(float((a * n).sum() / n.sum()), abs=1e-6)
+        assert row["clip_frac"] == 0.0
+    assert any(r["trained"] for r in rows)
+    assert metrics["update_weight/abs_mean"] > 0
+
+
+def _linear_layers(policy) -> set[str]:
+    return {
+        n.split("model.layers.")[1].split(".lora_A")[0]
+        for n, _ in policy.named_parameters()
+        if "lora_A" in n
+    }
+
+
+@pytest.mark.parametrize(
+    "kw, expected",
+    [
+        (
+            dict(target_modules="attention"),
+            {
+                "0.self_attn.q_proj",
+                "0.self_attn.k_proj",
+                "0.self_attn.v_proj",
+                "0.self_attn.o_proj",
+            },
+        ),
+        (dict(target_modules="mlp"), {"0.mlp.gate_proj", "0.mlp.up_proj", "0.mlp.down_proj"}),
+        (dict(target_modules=["v_proj"], layers=[1]), {"1.self_attn.v_proj"}),
+        (
+            dict(target_modules="all-linear", layers="1-1"),
+            {
+                "1.self_attn.q_proj",
+                "1.self_attn.k_proj",
+                "1.self_attn.v_proj",
+                "1.self_attn.o_proj",
+                "1.mlp.gate_proj",
+                "1.mlp.up_proj",
+                "1.mlp.down_proj",
+            },
+        ),
+    ],
+)
+def test_lora_targets_and_layers(tokenizer, kw, expected):
+    from grpo_core.tiny.model import build_tiny_model
+
+    two = TinyModelParams(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    policy = add_lora(build_tiny_model(tokenizer, two, seed=0), LoraParams(enabled=True, **kw))
+    layers = _linear_layers(policy)
+    if kw.get("layers") is None:
+        assert layers == expected | {e.replace("0.", "1.", 1) for e in expected}
+    else:
+        assert layers == expected
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(target_modules=["c_attn"]), "train.lora.target_modules.*no linear module"),
+        (dict(layers=[4]), r"train.lora.layers=\[4\]: the model has 1 layers"),
+    ],
+)
+def test_lora_targets_the_model_lacks_are_named(tiny_model, kw, message):
+    from grpo_core.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        add_lora(tiny_model, LoraParams(enabled=True, **kw))
+
+
+def test_a_run_resumed_from_its_state_ends_where_an_unbroken_run_ends(
+    tokenizer, tiny_model, starts_with_7
+):
+    """Stop after 2 of 4 steps, rebuild everything from the saved weights and state dicts,
+    continue: the weights match an unbroken 4-step run bit for bit."""
+    import copy
+
+    cfg = _cfg(steps=4, codapo={"enabled": True})  # CoDaPO: its queue is part of the state
+    unbroken = copy.deepcopy(tiny_model)
+    run(GRPOTrainer(unbroken, tokenizer, cfg), starts_with_7, steps=4, seed=3)
+
+    first = copy.deepcopy(tiny_model)
+    trainer, sampler = GRPOTrainer(first, tokenizer, cfg), QuestionSampler(8, 3)
+    run(trainer, starts_with_7, steps=2, seed=3, sampler=sampler)
+    weights = {k: v.clone() for k, v in first.state_dict().items()}
+    state, sampler_state = copy.deepcopy(trainer.state_dict()), sampler.state_dict()
+    del first, trainer, sampler
+
+    second = copy.deepcopy(tiny_model)
+    second.load_state_dict(weights)
+    trainer, sampler = GRPOTrainer(second, tokenizer, cfg), QuestionSampler(8, 3)
+    trainer.load_state_dict(state, starts_with_7)
+    sampler.load_state_dict(sampler_state)
+    run(trainer, starts_with_7, steps=4, seed=3, sampler=sampler, start=2)
+    for key, value in unbroken.state_dict().items():
+        assert torch.equal(value, second.state_dict()[key]), key
+    assert not torch.equal(value, tiny_model.state_dict()[key])  # it did train
+
+
+def test_sampler_state_must_match_the_question_pool():
+    state = QuestionSampler(5, seed=0).state_dict()
+    with pytest.raises(ValueError, match="for 5 questions, not 6"):
+        QuestionSampler(6, seed=0).load_state_dict(state)
