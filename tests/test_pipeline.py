@@ -173,9 +173,7 @@ def test_repro_builds_every_artifact(repo):
     if any(r["trained"] for r in log.to_pylist()):
         assert max(r["rel_update"] for r in tensors) > 0
     tokens = pq.read_table(repo / "data/dynamics/tokens.parquet")
-    assert {"logp_correct", "adv_abs_p50", "zero_adv_frac", "accuracy"} <= set(
-        tokens.column_names
-    )
+    assert {"logp_correct", "adv_abs_p50", "zero_adv_frac", "accuracy"} <= set(tokens.column_names)
     summary = json.loads((repo / "metrics/dynamics.json").read_text())
     assert summary["weights"]["step"] == 2
     for name in ("heatmap.png", "tokens.png", "confidence.csv", "advantage.csv"):

@@ -1,7 +1,10 @@
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from grpo_core.config import TinyModelParams
 from grpo_core.rollout import completion_mask_from_ids, generate, token_logprobs
+from grpo_core.tiny.model import build_tiny_model
 
 
 def test_completion_mask_stops_after_first_eos():
@@ -115,3 +118,132 @@ def test_guided_rollouts_start_with_the_prefix_and_score_as_sampled(tokenizer, t
         logp[:1, :width] * row.completion_mask, direct * row.completion_mask, atol=1e-5, rtol=0
     )
     assert entropy.shape == logp.shape
+
+
+# ---- the sampler: model.generate's tokens, with its log-probs; shared prompts ---------------
+
+PROMPTS = ["Q: 4+3=?\nA: ", "Q: 147+38=?\nA: ", "Q: 12+9=?\nA: "]
+
+
+def raise_eos(model, tokenizer, by: float):
+    """Raise EOS's logit by `by` (a hook on the LM head, so `model.generate` and ours see the
+    same logits): rows then end at different steps, within the budget. Returns the handle."""
+    boost = torch.zeros(len(tokenizer))
+    boost[tokenizer.eos_token_id] = by
+    return model.lm_head.register_forward_hook(lambda mod, args, out: out + boost)
+
+
+@pytest.fixture
+def eos_likely(tiny_model, tokenizer):
+    handle = raise_eos(tiny_model, tokenizer, 1.0)
+    yield tiny_model
+    handle.remove()
+
+
+@pytest.mark.parametrize(
+    "decoding",
+    [
+        {"temperature": 1.0},
+        {"temperature": 0.7},
+        {"temperature": 0.7, "min_new_tokens": 5},
+        {"greedy": True, "eos_boost": 0.5},  # 1.0 makes EOS the argmax at once
+    ],
+)
+def test_generate_samples_the_tokens_model_generate_samples(tokenizer, tiny_model, decoding):
+    """Same seed, same tokens, same random numbers consumed: our sampling loop (shared prompt
+    prefill, KV cache) is `model.generate` with top_k=0, top_p=1 and the same stopping."""
+    model, n, budget = tiny_model, 4, 40
+    raise_eos(model, tokenizer, decoding.get("eos_boost", 1.0))
+    greedy = decoding.get("greedy", False)
+    temperature = decoding.get("temperature", 1.0)
+    min_new = decoding.get("min_new_tokens", 0)
+    torch.manual_seed(0)
+    ro = generate(
+        model, tokenizer, PROMPTS, n, temperature, budget, greedy=greedy, min_new_tokens=min_new
+    )
+    after_ours = torch.rand(3)
+    enc = tokenizer(
+        [p for p in PROMPTS for _ in range(n)],
+        return_tensors="pt",
+        padding=True,
+        add_special_tokens=False,
+    )
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+    torch.manual_seed(0)
+    out = model.generate(
+        **enc,
+        **({"do_sample": False} if greedy else sampling),
+        max_new_tokens=budget,
+        min_new_tokens=min_new or None,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    assert torch.equal(ro.input_ids, out)
+    assert torch.equal(torch.rand(3), after_ours)
+    lengths = ro.lengths
+    assert ro.input_ids.shape[1] - ro.prompt_len < budget  # every row ended: stopped early
+    assert lengths.min() < lengths.max() and lengths.min() >= max(min_new, 1)
+
+
+def test_exact_length_with_min_new_tokens(tokenizer, eos_likely):
+    torch.manual_seed(0)
+    ro = generate(eos_likely, tokenizer, PROMPTS, 3, 1.0, 7, min_new_tokens=7)
+    assert ro.lengths.tolist() == [7] * 9 and ro.truncated.all()
+
+
+def test_sampler_log_probs_are_the_scores_and_stand_in_for_them(tokenizer, eos_likely):
+    """The sampler's log-probs and entropies equal a scoring pass (float rounding); scoring
+    returns them while the weights are those that sampled at that temperature, and scores
+    anew after a weight update or at another temperature."""
+    from grpo_core.rollout import concat_rollouts, score_rollouts
+
+    model = eos_likely
+    torch.manual_seed(0)
+    ro = generate(model, tokenizer, PROMPTS, 4, 0.8, 20)
+    mask = ro.completion_mask.bool()
+    logp, entropy = token_logprobs(
+        model, ro.input_ids, ro.attention_mask, ro.prompt_len, 0.8, with_entropy=True
+    )
+    torch.testing.assert_close(ro.sampler_logp[mask], logp[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ro.sampler_entropy[mask], entropy[mask], atol=1e-5, rtol=0)
+    assert score_rollouts(model, ro, 0.8, 5)[0] is ro.sampler_logp
+    # carried through select and concat (same sampler); rescored at another temperature
+    sub = concat_rollouts([ro.select([2, 0]), ro.select([5])], tokenizer.pad_token_id)
+    assert torch.equal(score_rollouts(model, sub, 0.8, 5)[0], ro.sampler_logp[[2, 0, 5]])
+    assert score_rollouts(model, ro, 1.0, 5)[0] is not ro.sampler_logp
+    with torch.no_grad():
+        model.model.norm.weight.mul_(1.5)  # an in-place update, as an optimizer step
+    rescored, _ = score_rollouts(model, ro, 0.8, 5)
+    assert not torch.allclose(rescored[mask], ro.sampler_logp[mask], atol=1e-3)
+    fresh, _ = token_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, 0.8)
+    torch.testing.assert_close(rescored, fresh, atol=1e-6, rtol=0)
+
+
+def test_shared_prompts_give_the_log_probs_and_gradients_of_one_pass_per_row(tokenizer):
+    """Groups of rows with one prompt: `token_logprobs` runs each prompt once and lets its
+    rows attend to the copied KV cache. Against the definition (one forward over every row,
+    the logits at the positions before each completion token), in float64: equal values,
+    gradients equal to float32 rounding (the log-softmax is float32)."""
+    params = TinyModelParams(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    model = build_tiny_model(tokenizer, params, seed=0).double().train()
+    torch.manual_seed(0)
+    ro = generate(model.eval(), tokenizer, PROMPTS, 4, 1.0, 9)
+    model.train()
+    ids, attn, p = ro.input_ids, ro.attention_mask, ro.prompt_len
+    weights = torch.linspace(-1, 1, len(ids), dtype=torch.float64)[:, None] * ro.completion_mask
+
+    logp, entropy = token_logprobs(model, ids, attn, p, 0.7, with_entropy=True)
+    grads = torch.autograd.grad((logp * weights).sum(), list(model.parameters()))
+
+    pos = (attn.cumsum(1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
+    ref_all = (logits[:, p - 1 : -1].float() / 0.7).log_softmax(-1)
+    ref = ref_all.gather(-1, ids[:, p:, None]).squeeze(-1)
+    ref_grads = torch.autograd.grad((ref * weights).sum(), list(model.parameters()))
+    mask = ro.completion_mask.bool()
+    torch.testing.assert_close(logp[mask], ref[mask], atol=1e-6, rtol=0)
+    ref_entropy = -(ref_all.exp() * ref_all).sum(-1)
+    torch.testing.assert_close(entropy[mask], ref_entropy[mask].detach(), atol=1e-6, rtol=0)
+    scale = max(g.abs().max().item() for g in ref_grads)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, atol=1e-6 * scale, rtol=0)
