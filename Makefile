@@ -7,9 +7,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: repro test lint bench clean-venv
 
-$(STAMP): requirements.lock pyproject.toml
+# DeepSpeed builds from an sdist: against the torch just installed (an isolated build would
+# fetch a torch of its own, a multi-GB CUDA wheel), with no C++/CUDA ops compiled (DS_BUILD_OPS=0).
+$(STAMP): requirements.lock requirements-deepspeed.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --disable-pip-version-check \
+		--no-build-isolation -r requirements-deepspeed.lock
 	touch $(STAMP)
 
 ## Run the whole pipeline (dvc repro) on the defaults in params.yaml.

@@ -305,6 +305,26 @@ class TrainParams(Section):
     )
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
     max_grad_norm: PositiveFloat = 1.0
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute each block's activations in the backward pass instead of "
+        "keeping them: less memory for real models at about a third more compute.",
+    )
+    rollout_backend: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="Who samples the rollouts: hf (the training model itself, with a KV cache) "
+        "or vllm (a vLLM engine colocated in each training process, weights synced from the "
+        "policy before every rollout batch; needs `pip install .[vllm]` and a GPU).",
+    )
+    vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.3, description="With rollout_backend=vllm: the share of GPU memory the engine takes."
+    )
+    tis_cap: PositiveFloat = Field(
+        2.0,
+        description="With rollout_backend=vllm: truncated importance sampling for the "
+        "sampler/trainer mismatch; each token's advantage is weighted by "
+        "min(pi_old / q_vllm, tis_cap) (TRL's vllm_importance_sampling_cap, verl's TIS).",
+    )
     updates_per_batch: PositiveInt = Field(
         2,
         description="Optimizer steps on each rollout batch (TRL's num_iterations). Above 1 the "
@@ -487,6 +507,17 @@ class RewardParams(Section):
     )
 
 
+# accelerate launch configs, by the name `launch` gives: configs/accelerate in the repository
+# that holds this code (stages run from its root; tests run stages from elsewhere).
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_CONFIGS = Path("configs/accelerate")
+
+
+def launch_config(name: str) -> Path:
+    """The accelerate config file `launch: name` names (absolute)."""
+    return REPO_ROOT / LAUNCH_CONFIGS / f"{name}.yaml"
+
+
 class Params(Section):
     """The whole `params.yaml`."""
 
@@ -502,6 +533,26 @@ class Params(Section):
     dynamics: DynamicsParams = DynamicsParams()
     eval: EvalParams = EvalParams()
     reward: RewardParams = RewardParams()
+    launch: str = Field(
+        "cpu",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="How `train` runs: the accelerate config configs/accelerate/<launch>.yaml. "
+        "cpu: one process, in-process; ddp_cpu2: 2 CPU processes, DDP over gloo; zero2_cpu2: 2 "
+        "CPU processes, DeepSpeed ZeRO-2 over gloo, fp32; zero2_8gpu / "
+        "zero3_8gpu: DeepSpeed ZeRO-2/3 on 8 GPUs, bf16 (multi-node: see the file). With more "
+        "than one process the stage relaunches itself through `accelerate launch`, and N "
+        "processes train as one process with the same global batch (train.prompts_per_step) "
+        "and seed would, up to float rounding.",
+    )
+
+    @field_validator("launch")
+    @classmethod
+    def _launch_config_exists(cls, name: str) -> str:
+        if not launch_config(name).is_file():
+            known = sorted(p.stem for p in (REPO_ROOT / LAUNCH_CONFIGS).glob("*.yaml"))
+            path = LAUNCH_CONFIGS / f"{name}.yaml"
+            raise ValueError(f"{path}: no such accelerate config (known: {known})")
+        return name
 
     @model_validator(mode="after")
     def _overlong_cache_within_budget(self) -> Params:

@@ -45,6 +45,9 @@ class Rollouts:
     sampler_logp: torch.Tensor | None = None
     sampler_entropy: torch.Tensor | None = None
     sampler_key: tuple | None = None
+    # Per-token weights correcting for a sampler other than the policy (a vLLM engine):
+    # truncated importance weights min(pi_old / q, cap), 1 where not applicable; None: none.
+    is_weight: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.guide_mask is None:
@@ -72,6 +75,7 @@ class Rollouts:
             sampler_logp=self.sampler_logp[rows] if recorded else None,
             sampler_entropy=self.sampler_entropy[rows] if recorded else None,
             sampler_key=self.sampler_key if recorded else None,
+            is_weight=None if self.is_weight is None else self.is_weight[rows],
         )
 
 
@@ -110,6 +114,9 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         sampler_logp=right_padded("sampler_logp") if recorded else None,
         sampler_entropy=right_padded("sampler_entropy") if recorded else None,
         sampler_key=key if recorded else None,
+        is_weight=right_padded("is_weight")
+        if all(r.is_weight is not None for r in parts)
+        else None,
     )
 
 
@@ -300,6 +307,7 @@ def _sample(
     eos: int,
     pad: int,
     min_new_tokens: int = 0,
+    generators: list[torch.Generator] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Decode up to `max_new_tokens` after the left-padded contexts `ids`, with a KV cache.
 
@@ -310,8 +318,15 @@ def _sample(
     emitted EOS. Returns the new tokens (B, T), their log-probs under the model at
     `temperature` (before EOS masking) and the entropies of those distributions (both None
     when greedy: no temperature was sampled at).
+
+    `generators` (one per group of consecutive rows, the rows split evenly among them) draw
+    each group's tokens from its own random stream instead of one `torch.multinomial` over
+    every row: a group then samples the same tokens whichever other groups share the batch
+    (how data-parallel ranks split a step's groups), up to float rounding of the logits.
     """
     b = ids.shape[0]
+    if generators is not None and (not generators or b % len(generators)):
+        raise ValueError(f"{len(generators)} generators for {b} rows: need whole groups")
     pos = position_ids_from_mask(attn)
     cache = DynamicCache(config=_unwrap(model).config)
     logits = _prefill(model, ids, attn, pos, cache, logits_to_keep=1)[:, -1]
@@ -328,8 +343,17 @@ def _sample(
             scores[:, eos] = -float("inf")
         if greedy:
             token = torch.argmax(scores, dim=-1)
-        else:
+        elif generators is None:
             token = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            probs = F.softmax(scores, dim=-1)
+            n = b // len(generators)
+            token = torch.cat(
+                [
+                    torch.multinomial(probs[i * n : (i + 1) * n], 1, generator=gen)
+                    for i, gen in enumerate(generators)
+                ]
+            ).squeeze(1)
         token = token * unfinished + pad * (1 - unfinished)
         tokens.append(token)
         if logp_all is not None:
@@ -357,6 +381,7 @@ def generate(
     prefixes: list[str] | None = None,
     greedy: bool = False,
     min_new_tokens: int = 0,
+    generators: list[torch.Generator] | None = None,
 ) -> Rollouts:
     """Sample `num_samples` completions per prompt; rows are grouped prompt by prompt.
 
@@ -367,12 +392,25 @@ def generate(
     that many tokens (its probability is set to 0 and the rest renormalised): with
     `min_new_tokens == max_new_tokens` every completion has exactly that length, which
     benchmarks use to compare trainers at equal lengths. Off (0) in training.
+
+    `generators` (one per prompt) give each prompt's group its own random stream (see
+    `_sample`); None samples from torch's global generator, exactly as `model.generate`. A
+    model that samples through `model.generate` (`_plain_sampler` false) ignores them.
     """
+    if generators is not None and len(generators) != len(prompts):
+        raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
     if prefixes is not None and any(prefixes):
         if greedy:
             raise ValueError("greedy decoding of guided rollouts is not supported")
         return _generate_guided(
-            model, tokenizer, prompts, prefixes, num_samples, temperature, max_new_tokens
+            model,
+            tokenizer,
+            prompts,
+            prefixes,
+            num_samples,
+            temperature,
+            max_new_tokens,
+            generators,
         )
     repeated = [p for p in prompts for _ in range(num_samples)]
     enc = tokenizer(repeated, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -391,6 +429,7 @@ def generate(
             eos,
             pad,
             min_new_tokens,
+            generators=generators,
         )
         if not greedy:
             key = _sampler_key(model, temperature)
@@ -425,7 +464,7 @@ def generate(
 
 
 def _generate_guided(
-    model, tokenizer, prompts, prefixes, num_samples, temperature, max_new_tokens
+    model, tokenizer, prompts, prefixes, num_samples, temperature, max_new_tokens, generators=None
 ) -> Rollouts:
     if len(prefixes) != len(prompts):
         raise ValueError(f"{len(prefixes)} prefixes for {len(prompts)} prompts")
@@ -453,6 +492,7 @@ def _generate_guided(
             greedy=False,
             eos=eos,
             pad=eos if pad is None else pad,
+            generators=generators,
         )
         out = out.tolist()
     else:

@@ -4,6 +4,8 @@ policy-gradient steps. Trainer state lives here; the math lives in `advantages` 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from grpo_core.advantages import get_advantage, group_reward_std
+from grpo_core.backends import RolloutBackend, truncated_is_weights
 from grpo_core.codapo import (
     VALUE_FUNCTIONS,
     question_confidence,
@@ -28,6 +31,7 @@ from grpo_core.offcontext import guide_prefix, importance_weights
 from grpo_core.rewards import format_reward, overlong_penalty, shaped_rewards, verify_batch
 from grpo_core.rollout import (
     Rollouts,
+    _sampler_key,
     concat_rollouts,
     generate,
     score_rollouts,
@@ -70,6 +74,22 @@ class Sampled:
             self.rewards[rows],
             {k: v[rows] for k, v in self.components.items()},
             fractions,
+            self.num_rollouts,
+        )
+
+    def to(self, device) -> Sampled:
+        """The same rollouts with every tensor on `device`."""
+        ro = self.ro
+        moved = {
+            f.name: getattr(ro, f.name).to(device)
+            for f in dataclasses.fields(ro)
+            if isinstance(getattr(ro, f.name), torch.Tensor)
+        }
+        return Sampled(
+            dataclasses.replace(ro, **moved),
+            self.rewards.to(device),
+            {k: v.to(device) for k, v in self.components.items()},
+            self.fractions,
             self.num_rollouts,
         )
 
@@ -179,9 +199,34 @@ def add_lora(model, lora) -> torch.nn.Module:
     return get_peft_model(model, lora_config(model, lora))
 
 
+def _stream_seed(base: int, group: int, round_: int) -> int:
+    """The seed of one group's sampling stream: from the rollout call's base seed, the group's
+    position in the call's questions and the round (0: unguided; r: OC-GRPO's r-th guided
+    round). It does not depend on which process samples the group."""
+    digest = hashlib.blake2b(f"{base}:{group}:{round_}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def _share(n: int, rank: int, world: int) -> tuple[int, int]:
+    """[lo, hi): rank's contiguous block of n items split as evenly as can be."""
+    return rank * n // world, (rank + 1) * n // world
+
+
 class GRPOTrainer:
-    """One process, one policy. `reference` is None when kl_coef is 0; with LoRA the
-    reference is the policy with its adapters disabled (no second copy of the weights)."""
+    """One policy, in one process or data-parallel over several.
+
+    `reference` is None when kl_coef is 0; with LoRA the reference is the policy with its
+    adapters disabled (no second copy of the weights).
+
+    `accelerator` (an `accelerate.Accelerator`, None for one process) trains data-parallel:
+    every process holds the same full batch and takes every decision that depends on it
+    (advantages, dynamic sampling, CoDaPO, OC-GRPO weights, metrics, the question queue)
+    exactly as one process would; only the work is split, by whole groups: each process
+    samples and rewards its block of a step's groups (then all gather the rows), and trains
+    on its block of the trained groups, with the loss normalised by the whole batch's counts so
+    that the averaged gradient is one process's. Each group samples from its own random
+    stream (`_stream_seed`), so N processes give one process's results up to float rounding.
+    """
 
     def __init__(
         self,
@@ -190,8 +235,19 @@ class GRPOTrainer:
         cfg: TrainParams,
         reference=None,
         reward: RewardParams | None = None,
+        accelerator=None,
+        backend: RolloutBackend | None = None,
     ):
-        self.policy = policy
+        self.accelerator = accelerator
+        # None: the policy samples its own rollouts (grpo_core.rollout.generate, with per-group
+        # random streams). Otherwise a backend (`grpo_core.backends`: vLLM) samples them, its
+        # weights synced from the policy before each rollout batch, and the loss is corrected
+        # for its log-probs differing from the policy's (truncated importance sampling).
+        self.backend = backend
+        self.world = accelerator.num_processes if accelerator is not None else 1
+        self.rank = accelerator.process_index if accelerator is not None else 0
+        self.model = policy  # the unwrapped policy: sampling, scoring, saving
+        self.policy = policy  # what the loss runs through (DDP / DeepSpeed when wrapped)
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.reference = reference
@@ -200,12 +256,27 @@ class GRPOTrainer:
         self.kl_fn = KL_ESTIMATORS.get(cfg.kl_estimator)
         self.policy_loss = POLICY_LOSSES.get("clipped")
         self.value_fn = VALUE_FUNCTIONS.get(cfg.codapo.value)
+        if cfg.gradient_checkpointing:
+            policy.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warmup = cfg.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda n: min(1.0, (n + 1) / warmup) if warmup else 1.0
         )
+        # DeepSpeed (ZeRO): `self.policy` becomes its engine, which owns the optimizer step.
+        self.deepspeed = accelerator is not None and accelerator.state.deepspeed_plugin is not None
+        if accelerator is not None:
+            if self.deepspeed:
+                self._configure_deepspeed(accelerator.state.deepspeed_plugin.deepspeed_config)
+            # The scheduler stays ours: accelerate's would step once per process. Under
+            # DeepSpeed it still sets the lr of the AdamW param groups ZeRO steps with.
+            self.policy, self.optimizer = accelerator.prepare(policy, self.optimizer)
+            self.model = accelerator.unwrap_model(self.policy)
+            if reference is not None:
+                self.reference = reference.to(accelerator.device)
         # CoDaPO: questions chosen after the last update, to open the next mini-batch.
         self.resample_queue: list[Question] = []
         self.num_resampled = 0  # how many of the current batch's questions were resampled
@@ -236,19 +307,39 @@ class GRPOTrainer:
         return queue + draw(self.cfg.prompts_per_step - len(queue))
 
     # ---- rollouts ---------------------------------------------------------------------
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def _generators(self, base: int, groups, round_: int) -> list[torch.Generator]:
+        device = self.model.device
+        return [
+            torch.Generator(device=device).manual_seed(_stream_seed(base, i, round_))
+            for i in groups
+        ]
+
     def _sample(
-        self, questions: list[Question], prefixes: list[str] | None = None, n: int | None = None
+        self,
+        questions: list[Question],
+        prefixes: list[str] | None = None,
+        n: int | None = None,
+        generators: list[torch.Generator] | None = None,
     ) -> Sampled:
         n = n or self.cfg.group_size
-        ro = generate(
-            self.policy,
-            self.tokenizer,
-            [q.prompt for q in questions],
-            num_samples=n,
-            temperature=self.cfg.temperature,
-            max_new_tokens=self.cfg.max_new_tokens,
-            prefixes=prefixes,
-        )
+        prompts = [q.prompt for q in questions]
+        if self.backend is None:
+            ro = generate(
+                self.model,
+                self.tokenizer,
+                prompts,
+                num_samples=n,
+                temperature=self.cfg.temperature,
+                max_new_tokens=self.cfg.max_new_tokens,
+                prefixes=prefixes,
+                generators=generators,
+            )
+        else:
+            ro = self._backend_rollouts(prompts, n, prefixes)
         owners = [questions[i // n] for i in range(len(ro.texts))]
         domains, answers = [q.domain for q in owners], [q.answer for q in owners]
         device = ro.input_ids.device
@@ -267,16 +358,82 @@ class GRPOTrainer:
         )
         return Sampled(ro, rewards, components, [None] * len(questions), len(ro.texts))
 
+    def _backend_rollouts(self, prompts: list[str], n: int, prefixes: list[str] | None) -> Rollouts:
+        """Rollouts from `self.backend`, scored by the policy: pi_old is the policy's log-probs
+        (what the ratio and CoDaPO's confidence read), and each completion token not given by a
+        guide carries the truncated importance weight min(pi_old / q, tis_cap) of its sampler q
+        (`backends.truncated_is_weights`); guide tokens keep 1: OC-GRPO weights them."""
+        cfg = self.cfg
+        ro = self.backend.generate(
+            prompts, n, cfg.temperature, cfg.max_new_tokens, prefixes=prefixes
+        )
+        logp, entropy = score_rollouts(self.model, ro, cfg.temperature, cfg.micro_batch_size)
+        sampled_tokens = ro.completion_mask.bool() & ~ro.guide_mask.bool()
+        w = truncated_is_weights(logp, ro.sampler_logp, sampled_tokens, cfg.tis_cap)
+        return dataclasses.replace(
+            ro,
+            sampler_logp=logp,
+            sampler_entropy=entropy,
+            sampler_key=_sampler_key(self.model, cfg.temperature),
+            is_weight=torch.where(sampled_tokens, w, torch.ones_like(w)),
+        )
+
     def rollout(self, questions: list[Question]) -> Sampled:
         """G completions per question; with OC-GRPO, groups that all fail are re-rolled from
-        guided prompts and replaced by the guided groups."""
-        self.policy.eval()
-        sampled = self._sample(questions)
-        if self.cfg.oc_grpo.mode != "off":
-            sampled = self._guide_failed(questions, sampled)
-        return sampled
+        guided prompts and replaced by the guided groups.
 
-    def _guide_failed(self, questions: list[Question], sampled: Sampled) -> Sampled:
+        Each group samples from its own generator, seeded from one draw of torch's global
+        generator and the group's position. With several processes, each samples its block of
+        the groups and every process returns the whole batch."""
+        self.policy.eval()
+        if self.backend is not None:
+            self.backend.sync_weights(self.model)
+        base = int(torch.randint(0, 2**62, (1,)))
+        lo, hi = _share(len(questions), self.rank, self.world)
+        sampled = None
+        if hi > lo:
+            mine = questions[lo:hi]
+            sampled = self._sample(mine, generators=self._generators(base, range(lo, hi), 0))
+            if self.cfg.oc_grpo.mode != "off":
+                sampled = self._guide_failed(mine, sampled, base, lo)
+        if self.world == 1:
+            return sampled
+        return self._gather(sampled)
+
+    def _gather(self, sampled: Sampled | None) -> Sampled:
+        """Every process's rollouts, in rank order (its block of groups), on every process.
+        Rows whose sampler log-probs were not recorded (guided ones) are scored first, on
+        the process that sampled them, so no process scores the whole batch."""
+        import torch.distributed as dist
+
+        local = None
+        if sampled is not None:
+            ro = sampled.ro
+            if ro.sampler_logp is None or ro.sampler_key != _sampler_key(
+                self.model, self.cfg.temperature
+            ):
+                logp, entropy = score_rollouts(
+                    self.model, ro, self.cfg.temperature, self.cfg.micro_batch_size
+                )
+                ro = dataclasses.replace(ro, sampler_logp=logp, sampler_entropy=entropy)
+            # The key holds a weak reference to this process's model: it does not travel. A
+            # placeholder, the same in every part, keeps the log-probs through the concatenation.
+            ro = dataclasses.replace(ro, sampler_key=("gathered",))
+            local = dataclasses.replace(sampled, ro=ro).to("cpu")
+        parts: list[Sampled | None] = [None] * self.world
+        dist.all_gather_object(parts, local)
+        full = Sampled.cat([p for p in parts if p is not None], self.tokenizer.pad_token_id)
+        full = full.to(self.accelerator.device)
+        assert full.ro.sampler_logp is not None
+        # Every row's log-probs are the current weights' (the same on every process).
+        full.ro.sampler_key = _sampler_key(self.model, self.cfg.temperature)
+        return full
+
+    def _guide_failed(
+        self, questions: list[Question], sampled: Sampled, base: int = 0, first: int = 0
+    ) -> Sampled:
+        """`first`: the position of questions[0] among the rollout call's questions (the
+        groups' sampling streams are keyed by it)."""
         cfg, g = self.cfg.oc_grpo, self.cfg.group_size
         k = min(cfg.guided_rollouts or g, g)  # guided rollouts per re-rolled group
         solved = sampled.solved.view(-1, g).any(dim=1).tolist()
@@ -289,13 +446,14 @@ class GRPOTrainer:
         # or not unlocked by the guide stage) and in adaptive mode for all, the fractions in
         # turn until a rollout is correct.
         rounds = ([None] if cfg.mode == "fixed" else []) + list(cfg.fractions)
-        for fraction in rounds:
+        for r, fraction in enumerate(rounds, start=1):
             todo = [(i, fraction or questions[i].guide_fraction) for i in pending]
             todo = [(i, f) for i, f in todo if f is not None]
             if not todo:  # fixed mode, no question with a measured fraction
                 continue
             prefixes = [guide_prefix(questions[i].solution, f) for i, f in todo]
-            part = self._sample([questions[i] for i, _ in todo], prefixes, n=k)
+            gens = self._generators(base, [first + i for i, _ in todo], r)
+            part = self._sample([questions[i] for i, _ in todo], prefixes, n=k, generators=gens)
             parts.append(part)
             part_solved = part.solved.view(-1, k).any(dim=1).tolist()
             for j, (i, f) in enumerate(todo):
@@ -328,7 +486,7 @@ class GRPOTrainer:
         if self.reference is not None:
             ctx, model = nullcontext(), self.reference
         else:  # LoRA: the base weights are the reference
-            ctx, model = self.policy.disable_adapter(), self.policy
+            ctx, model = self.model.disable_adapter(), self.model
         with torch.no_grad(), ctx:
             logp, _ = token_logprobs(model, ids, attn, prompt_len, self.cfg.temperature)
         return logp
@@ -337,7 +495,7 @@ class GRPOTrainer:
         """The rollout policy's token log-probs and entropies (pi_old: weights unchanged
         since sampling)."""
         self.policy.eval()
-        return score_rollouts(self.policy, ro, self.cfg.temperature, self.cfg.micro_batch_size)
+        return score_rollouts(self.model, ro, self.cfg.temperature, self.cfg.micro_batch_size)
 
     def update(
         self,
@@ -378,6 +536,7 @@ class GRPOTrainer:
         # coefficient the loss put on grad log pi (|.|, signed), clipped tokens, tokens.
         zeros = torch.zeros(len(rewards), device=rewards.device)
         self.row_stats = {k: zeros.clone() for k in ("weight_abs", "weight", "clipped", "tokens")}
+        self.trained_rows: list[int] = []  # rows of this batch this process trained
         if not keep.any():
             # Nothing to learn from (every group uniform): no optimizer step, but the same
             # metric keys, so every curve has a point at every step.
@@ -401,39 +560,50 @@ class GRPOTrainer:
         adv = advantages[keep]
         if token_weights is not None:
             adv = adv.unsqueeze(1) * token_weights[keep][:, :width]
+        # The whole batch's counts: every process divides by them.
         num_tokens = float(cmask.sum())
         num_seqs = float(len(adv))
+        kept = torch.nonzero(keep).flatten()
+        lo, hi = self._train_share(kept)
+        self.trained_rows = kept[lo:hi].tolist()
         chunks = [
-            slice(i, i + cfg.micro_batch_size) for i in range(0, len(adv), cfg.micro_batch_size)
+            slice(i, min(i + cfg.micro_batch_size, hi)) for i in range(lo, hi, cfg.micro_batch_size)
         ]
         ref_logps = [self._reference_logprobs(ids[c], attn[c], p) for c in chunks]
 
         # Running sums stay tensors on the device: no host sync inside the loop.
         sums = dict.fromkeys(("loss", "kl", "low", "high"), torch.zeros((), device=ids.device))
-        kept = torch.nonzero(keep).flatten()
         rows = {k: torch.zeros(len(adv), device=ids.device) for k in self.row_stats}
+        # Zero backward passes that only take part in the collectives: DDP's one all-reduce
+        # for a process with no rows; under ZeRO, which reduces at every backward, as many as
+        # make this process's count the largest one's.
+        pad = self._padding_backwards(kept, len(chunks))
         self.policy.train()
         for _ in range(cfg.updates_per_batch):
+            for k in range(pad):
+                self._zero_backward(ids[:1], attn[:1], p, last=not chunks and k == pad - 1)
             for j, c in enumerate(chunks):
                 m = cmask[c]
-                logp, _ = token_logprobs(self.policy, ids[c], attn[c], p, cfg.temperature)
-                out = self.policy_loss(
-                    logp, old[c], adv[c], cfg.clip_low, cfg.clip_high, cfg.dual_clip
-                )
-                per_token = out.per_token
-                if ref_logps[j] is not None:
-                    kl = self.kl_fn(logp, ref_logps[j])
-                    per_token = per_token + cfg.kl_coef * kl
-                    sums["kl"] = sums["kl"] + (kl.detach() * m).sum()
-                loss = agg_loss(
-                    per_token,
-                    m,
-                    cfg.loss_agg,
-                    num_tokens=num_tokens,
-                    num_seqs=num_seqs,
-                    max_tokens=cfg.max_new_tokens,
-                )
-                loss.backward()
+                last = j == len(chunks) - 1  # DDP all-reduces on it; DeepSpeed's boundary
+                with self._no_sync() if not last else nullcontext():
+                    logp, _ = token_logprobs(self.policy, ids[c], attn[c], p, cfg.temperature)
+                    out = self.policy_loss(
+                        logp, old[c], adv[c], cfg.clip_low, cfg.clip_high, cfg.dual_clip
+                    )
+                    per_token = out.per_token
+                    if ref_logps[j] is not None:
+                        kl = self.kl_fn(logp, ref_logps[j])
+                        per_token = per_token + cfg.kl_coef * kl
+                        sums["kl"] = sums["kl"] + (kl.detach() * m).sum()
+                    loss = agg_loss(
+                        per_token,
+                        m,
+                        cfg.loss_agg,
+                        num_tokens=num_tokens,
+                        num_seqs=num_seqs,
+                        max_tokens=cfg.max_new_tokens,
+                    )
+                    self._backward(loss, last)
                 sums["loss"] = sums["loss"] + loss.detach()
                 sums["low"] = sums["low"] + (out.clipped_low & m.bool()).sum()
                 sums["high"] = sums["high"] + (out.clipped_high & m.bool()).sum()
@@ -443,14 +613,22 @@ class GRPOTrainer:
                     rows["weight"][c] += weight.sum(1)
                     rows["clipped"][c] += ((out.clipped_low | out.clipped_high) & m.bool()).sum(1)
                     rows["tokens"][c] += m.sum(1)
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                [q for q in self.policy.parameters() if q.requires_grad], cfg.max_grad_norm
-            )
-            self.optimizer.step()
+            if self.deepspeed:
+                # The engine clips (gradient_clipping = max_grad_norm), steps and zeroes the
+                # gradients; the norm is the one before clipping, as clip_grad_norm_'s.
+                self.policy.step()
+                grad_norm = self.policy.get_global_grad_norm()
+            else:
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    [q for q in self.model.parameters() if q.requires_grad], cfg.max_grad_norm
+                )
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
             metrics["grad_norm"] += float(grad_norm) / cfg.updates_per_batch
 
+        if self.world > 1:  # each process summed its own rows: add them up
+            sums, rows = self._all_reduce_sum(sums), self._all_reduce_sum(rows)
         for k, v in rows.items():
             self.row_stats[k][kept] = v
         n_upd = cfg.updates_per_batch
@@ -463,6 +641,88 @@ class GRPOTrainer:
         metrics["clip_ratio/high_mean"] = sums["high"] / (num_tokens * n_upd)
         metrics["clip_ratio/region_mean"] = (sums["low"] + sums["high"]) / (num_tokens * n_upd)
         return metrics
+
+    # ---- data parallelism ---------------------------------------------------------------
+    def _train_share(self, kept: torch.Tensor, rank: int | None = None) -> tuple[int, int]:
+        """[lo, hi): the positions among the trained rows `kept` (row indices of the batch,
+        increasing) that process `rank` (this one by default) trains: its contiguous block of
+        their groups."""
+        if self.world == 1:
+            return 0, len(kept)
+        groups = (kept // self.cfg.group_size).tolist()
+        distinct = sorted(set(groups))
+        rank = self.rank if rank is None else rank
+        g_lo, g_hi = _share(len(distinct), rank, self.world)
+        if g_lo == g_hi:
+            return 0, 0
+        first, last = distinct[g_lo], distinct[g_hi - 1]
+        lo = groups.index(first)
+        hi = len(groups) - groups[::-1].index(last)
+        return lo, hi
+
+    def _configure_deepspeed(self, ds_config: dict) -> None:
+        """What the run's params decide in the DeepSpeed config, before the engine is built:
+        clipping at train.max_grad_norm (the engine clips, not us), the micro-batch size (no
+        dataloader to take it from), and no accumulation counting by the engine: the number
+        of micro-batches per update varies (dynamic sampling, uneven shares), so `update`
+        marks the last one itself and the engine must not divide the loss by a fixed count."""
+        ds_config["gradient_clipping"] = self.cfg.max_grad_norm
+        ds_config["gradient_accumulation_steps"] = 1
+        ds_config["train_micro_batch_size_per_gpu"] = self.cfg.micro_batch_size
+        ds_config.pop("train_batch_size", None)  # derived again from the two above
+
+    def _padding_backwards(self, kept: torch.Tensor, n_chunks: int) -> int:
+        """How many zero backward passes this process runs before its own `n_chunks` in each
+        update. DDP all-reduces once, at the last backward: one for a process with no rows.
+        ZeRO reduces gradients at every backward, so every process runs as many as the one
+        with the most micro-batches (each process knows every share: no communication)."""
+        if not self.deepspeed:
+            return 0 if n_chunks else 1
+        mbs = self.cfg.micro_batch_size
+        most = 1
+        for rank in range(self.world):
+            lo, hi = self._train_share(kept, rank)
+            most = max(most, -(-(hi - lo) // mbs))
+        return most - n_chunks
+
+    def _backward(self, loss: torch.Tensor, last: bool = True) -> None:
+        """Backward of this process's part of the batch loss (normalised by the whole batch's
+        counts). DDP and ZeRO average gradients over processes, hence the factor: the average
+        of world x the parts is their sum, one process's gradient. `last`: the update's last
+        backward (DeepSpeed's accumulation boundary; DDP's is `_no_sync`'s absence)."""
+        if self.accelerator is None:
+            loss.backward()
+        elif self.deepspeed:
+            # Not accelerator.backward: that would run the engine's optimizer step after every
+            # backward outside an accumulate() block. `update` steps the engine once.
+            self.policy.set_gradient_accumulation_boundary(last)
+            self.policy.backward(loss * self.world)
+        else:
+            self.accelerator.backward(loss * self.world)
+
+    def _zero_backward(self, ids, attn, prompt_len: int, last: bool = True) -> None:
+        """A synced backward that adds nothing, for a process with no rows (or fewer
+        micro-batches) to train: the collectives need every process."""
+        logp, _ = token_logprobs(self.policy, ids, attn, prompt_len, self.cfg.temperature)
+        self._backward(logp.sum() * 0.0, last)
+
+    def _no_sync(self):
+        if self.accelerator is None or self.deepspeed:  # ZeRO-2 reduces at every backward
+            return nullcontext()
+        return self.accelerator.no_sync(self.policy)
+
+    def _all_reduce_sum(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        import torch.distributed as dist
+
+        names = list(tensors)
+        flat = torch.cat([tensors[k].detach().float().reshape(-1) for k in names])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        out, i = {}, 0
+        for k in names:
+            n = tensors[k].numel()
+            out[k] = flat[i : i + n].reshape(tensors[k].shape)
+            i += n
+        return out
 
     def step(
         self, questions: list[Question], more: Callable[[int], list[Question]] | None = None
@@ -524,6 +784,14 @@ class GRPOTrainer:
             metrics["oc/prefix_weight_mean"] = (
                 float(weights[prefix].mean()) if prefix.any() else 1.0
             )
+
+        if ro.is_weight is not None:  # a backend sampled: truncated importance weights
+            token_weights = ro.is_weight if token_weights is None else token_weights * ro.is_weight
+            sampled_tokens = ro.completion_mask.bool() & ~ro.guide_mask.bool()
+            if sampled_tokens.any():
+                w = ro.is_weight[sampled_tokens]
+                metrics["tis/weight_mean"] = float(w.mean())
+                metrics["tis/capped_frac"] = float((w >= cfg.tis_cap).float().mean())
 
         trained = torch.ones(len(questions), dtype=torch.bool, device=rewards.device)
         if cfg.filter_zero_std or cfg.dynamic_sampling:
@@ -677,7 +945,14 @@ def run(
     progress bar. A resumed run passes the sampler and the trainer as they were after step
     `start - 1`; every step seeds its own sampling, so it continues exactly where it stopped."""
     sampler = sampler or QuestionSampler(len(questions), seed)
-    bar = tqdm(range(start, steps), desc="grpo", unit="step", initial=start, total=steps)
+    bar = tqdm(
+        range(start, steps),
+        desc="grpo",
+        unit="step",
+        initial=start,
+        total=steps,
+        disable=not trainer.is_main,
+    )
     for step in bar:
         torch.manual_seed(seed * 100_003 + step)  # each step's sampling is reproducible alone
 

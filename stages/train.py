@@ -2,26 +2,37 @@
 (curricula), data/guides.parquet (OC-GRPO fixed) -> models/policy/ (HF directory, LoRA merged,
 with the resolved train params in grpo_lab.json), checkpoints/step-N/ (weights every
 `train.checkpoint_every` steps and at the end), metrics/train/ (dvclive),
-data/rollouts.parquet (one row per question per step)"""
+data/rollouts.parquet (one row per question per step)
+
+With `launch` naming an accelerate config of more than one process, the stage relaunches
+itself through `accelerate launch`; every process trains its share, and only the main one
+writes files (the others wait at barriers)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
+import yaml
 from dvclive import Live
 from safetensors.torch import load_file
 
-from grpo_core.config import Params
+from grpo_core.backends import VLLMBackend
+from grpo_core.config import Params, launch_config
 from grpo_core.difficulty import CURRICULA
+from grpo_core.distributed import make_accelerator
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.models import load_model, uses_chat
@@ -157,17 +168,22 @@ def save_resume(fingerprint: str, step: int, trainer, sampler, history, log_rows
         (tmp / "state.json").write_text(json.dumps(state))
 
 
-def load_resume(fingerprint: str) -> dict | None:
+def load_resume(fingerprint: str, clean: bool = True) -> dict | None:
     """The state of a stopped run with this fingerprint, or None (a fresh run: any other
-    run's leftovers are removed)."""
+    run's leftovers are removed, unless `clean` is false: a process other than the main one
+    only reads)."""
     state_file = RUN_DIR / "resume/state.json"
     if state_file.exists():
         state = json.loads(state_file.read_text())
         if state["fingerprint"] == fingerprint:
             state["trainer"] = torch.load(RUN_DIR / "resume/trainer.pt", weights_only=True)
             return state
-        log.info("%s belongs to another run (params or inputs changed): starting afresh", RUN_DIR)
-    shutil.rmtree(RUN_DIR, ignore_errors=True)
+        if clean:
+            log.info(
+                "%s belongs to another run (params or inputs changed): starting afresh", RUN_DIR
+            )
+    if clean:
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
     return None
 
 
@@ -225,7 +241,56 @@ def render_questions(questions: list[Question], tokenizer, chat: bool) -> list[Q
     ]
 
 
+def launch_processes(params: Params) -> int:
+    """How many processes `launch` names (its accelerate config's num_processes)."""
+    path = launch_config(params.launch)
+    config = yaml.safe_load(path.read_text()) or {}
+    n = config.get("num_processes", 1)
+    if not isinstance(n, int) or n < 1:
+        raise InputError(f"launch={params.launch!r}: {path}: num_processes must be >= 1, got {n!r}")
+    return n
+
+
+def in_launched_process() -> bool:
+    """Started by `accelerate launch` / torchrun (which set these), not by dvc or a user."""
+    return "RANK" in os.environ or "LOCAL_RANK" in os.environ
+
+
+def relaunch(params: Params) -> int:
+    """Run this stage again under `accelerate launch` with the `launch` config; its exit
+    status."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(launch_config(params.launch)),
+        "-m",
+        "stages.train",
+        *sys.argv[1:],
+    ]
+    log.info("launching %d processes: %s", launch_processes(params), " ".join(cmd))
+    return subprocess.run(cmd, check=False).returncode
+
+
 def train(params: Params) -> None:
+    if launch_processes(params) > 1 and not in_launched_process():
+        training_questions(params)  # a missing input fails here, once, before any launch
+        code = relaunch(params)
+        if code:
+            sys.exit(code)
+        return
+    accelerator = None
+    if in_launched_process():
+        # DDP or DeepSpeed ZeRO; with no GPU visible (configs/accelerate/*_cpu2.yaml hide
+        # them), over gloo.
+        accelerator = make_accelerator()
+    main_process = accelerator is None or accelerator.is_main_process
+
+    def barrier() -> None:
+        if accelerator is not None:
+            accelerator.wait_for_everyone()
+
     cfg = params.train
     questions = training_questions(params)
     policy, tokenizer = load_model("models/base")
@@ -236,8 +301,20 @@ def train(params: Params) -> None:
     elif cfg.kl_coef > 0:
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
     fingerprint = run_fingerprint(params, TRAIN_INPUTS)
-    resume = load_resume(fingerprint)
-    trainer = GRPOTrainer(policy, tokenizer, cfg, reference=reference, reward=params.reward)
+    # The main process reads the resume state and removes another run's leftovers; then the
+    # others read what it left.
+    resume = load_resume(fingerprint) if main_process else None
+    barrier()
+    if not main_process:
+        resume = load_resume(fingerprint, clean=False)
+    # Under DeepSpeed each process holds only its shard of the optimizer state, which the
+    # resume state (written by the main process) does not gather yet: such a run restarts
+    # from step 0 after a kill.
+    resumable = accelerator is None or accelerator.state.deepspeed_plugin is None
+    if not resumable:
+        if resume is not None:
+            log.warning("DeepSpeed: resuming is not supported yet; starting from step 0")
+        resume = None
     sampler = QuestionSampler(len(questions), params.seed)
     history: list[dict] = []  # step metrics
     log_rows: list[dict] = []
@@ -245,16 +322,42 @@ def train(params: Params) -> None:
     if resume is not None:
         start = resume["step"]
         load_checkpoint(policy, checkpoint_dir(RUN_DIR, start))
-        trainer.load_state_dict(resume["trainer"], questions)
         sampler.load_state_dict(resume["sampler"])
         history, log_rows = resume["history"], resume["log_rows"]
         log.info("resuming from step %d of %d (%s)", start, cfg.steps, RUN_DIR)
+    # Built after the resumed weights are in: preparing broadcasts them from the main process.
+    backend = None
+    if cfg.rollout_backend == "vllm":  # synced from the policy before the first rollout
+        backend = VLLMBackend(
+            "models/base",
+            tokenizer,
+            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            seed=params.seed,
+        )
+    trainer = GRPOTrainer(
+        policy,
+        tokenizer,
+        cfg,
+        reference=reference,
+        reward=params.reward,
+        accelerator=accelerator,
+        backend=backend,
+    )
+    if resume is not None:
+        trainer.load_state_dict(resume["trainer"], questions)
 
     # Step metrics go to metrics/train (declared as metrics and plots in dvc.yaml); dvclive
     # must not write dvc.yaml or make experiments of its own inside a DVC stage.
-    with Live(dir="metrics/train", save_dvc_exp=False, dvcyaml=None) as live:
+    live_or_none = (
+        Live(dir="metrics/train", save_dvc_exp=False, dvcyaml=None)
+        if main_process
+        else contextlib.nullcontext()
+    )
+    with live_or_none as live:
 
         def log_step(metrics: dict[str, float]) -> None:
+            if live is None:
+                return
             for name, value in metrics.items():
                 live.log_metric(name, value)
             live.next_step()
@@ -268,11 +371,18 @@ def train(params: Params) -> None:
             log_rows.extend({"step": step, **row} for row in rows)
             done = step + 1
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-                save_checkpoint(policy, done)
-                save_resume(fingerprint, done, trainer, sampler, history, log_rows)
+                # Every process holds the same weights and state: the main one writes them.
+                if main_process:
+                    save_checkpoint(policy, done)
+                    if resumable:
+                        save_resume(fingerprint, done, trainer, sampler, history, log_rows)
+                barrier()
 
         run(trainer, questions, cfg.steps, params.seed, on_step, sampler=sampler, start=start)
 
+    if not main_process:
+        barrier()  # the main process writes the outputs
+        return
     if cfg.lora.enabled:
         policy = policy.merge_and_unload()
     with atomic_path("models/policy") as tmp:
@@ -288,6 +398,7 @@ def train(params: Params) -> None:
         write_json(record, tmp / "grpo_lab.json")
     write_parquet(pa.Table.from_pylist(log_rows, schema=ROLLOUT_LOG), "data/rollouts.parquet")
     publish_checkpoints()
+    barrier()
 
 
 if __name__ == "__main__":

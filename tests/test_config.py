@@ -107,3 +107,13 @@ def test_dataset_lists_take_names_or_mappings():
     assert (data.eval[0].name, data.eval[0].path, data.eval[0].limit) == ("math500", "m.jsonl", 5)
     # real data alone, without tiny-world domains, is a valid world
     assert parse_params({"data": {"domains": [], "train": ["gsm8k"], "eval": ["math500"]}})
+
+
+def test_launch_names_an_accelerate_config_that_exists():
+    assert parse_params({}).launch == "cpu"
+    for name in ("cpu", "ddp_cpu2", "zero2_cpu2", "zero2_8gpu", "zero3_8gpu"):
+        assert parse_params({"launch": name}).launch == name
+    with pytest.raises(ParamsError, match=r"launch: .*configs/accelerate/ddp_cpu3\.yaml"):
+        parse_params({"launch": "ddp_cpu3"})
+    with pytest.raises(ParamsError, match="launch"):
+        parse_params({"launch": "../params"})

@@ -86,7 +86,7 @@ def ran(done: subprocess.CompletedProcess) -> list[str]:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("pipeline")
-    for name in ("grpo_core", "stages", ".dvc"):
+    for name in ("grpo_core", "stages", "configs", ".dvc"):
         shutil.copytree(
             ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache")
         )

@@ -247,3 +247,41 @@ def test_shared_prompts_give_the_log_probs_and_gradients_of_one_pass_per_row(tok
     scale = max(g.abs().max().item() for g in ref_grads)
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g, r, atol=1e-6 * scale, rtol=0)
+
+
+def test_per_group_generators_sample_a_group_alike_whatever_shares_its_batch(tokenizer, eos_likely):
+    """With one generator per prompt, a group's tokens depend on its generator only, not on
+    which other groups are sampled beside it (how data-parallel processes split a step), and
+    the global generator is left alone; guided rollouts take them too."""
+
+    def gens(seeds):
+        return [torch.Generator().manual_seed(s) for s in seeds]
+
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    whole = generate(eos_likely, tokenizer, PROMPTS, 4, 1.0, 20, generators=gens([1, 2, 3]))
+    assert torch.equal(torch.get_rng_state(), before)
+    parts = [
+        generate(eos_likely, tokenizer, PROMPTS[:1], 4, 1.0, 20, generators=gens([1])),
+        generate(eos_likely, tokenizer, PROMPTS[1:], 4, 1.0, 20, generators=gens([2, 3])),
+    ]
+    texts = [t for part in parts for t in part.texts]
+    assert texts == whole.texts and len(set(texts)) > 3
+    other = generate(eos_likely, tokenizer, PROMPTS, 4, 1.0, 20, generators=gens([1, 2, 4]))
+    assert other.texts[:8] == whole.texts[:8] and other.texts[8:] != whole.texts[8:]
+    guided = generate(
+        eos_likely,
+        tokenizer,
+        PROMPTS,
+        2,
+        1.0,
+        20,
+        prefixes=["7", "", "1"],
+        generators=gens([5, 6, 7]),
+    )
+    alone = generate(
+        eos_likely, tokenizer, PROMPTS[2:], 2, 1.0, 20, prefixes=["1"], generators=gens([7])
+    )
+    assert guided.texts[4:] == alone.texts
+    with pytest.raises(ValueError, match="2 generators for 3 prompts"):
+        generate(eos_likely, tokenizer, PROMPTS, 4, 1.0, 20, generators=gens([1, 2]))

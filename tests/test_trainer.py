@@ -63,7 +63,9 @@ def test_step_metrics_use_trl_names_and_micro_batches_match_one_batch(
         metrics = trainer.update(ro, rw)
         states.append({k: v.clone() for k, v in model.state_dict().items()})
     for key in states[0]:
-        torch.testing.assert_close(states[0][key], states[1][key], atol=1e-6, rtol=1e-4)
+        # Adam divides by sqrt(v): on an entry whose gradient is near 0 the rounding of a
+        # different accumulation order moves the step by ~lr * 1e-4, hence atol 1e-5.
+        torch.testing.assert_close(states[0][key], states[1][key], atol=1e-5, rtol=1e-4)
     for name in (
         "loss",
         "entropy",
