@@ -317,6 +317,31 @@ def test_a_killed_train_stage_resumes_and_ends_as_an_unbroken_run(repo):
     sh(repo, "dvc", "checkout", "--force")
 
 
+def test_two_processes_through_dvc_exp_run_train_as_one(repo):
+    """`dvc exp run -S launch=ddp_cpu2`: the train stage relaunches itself as two processes
+    (accelerate, DDP over gloo) and ends where one process does, up to float rounding: the same
+    rewards step by step (the rollouts are the same tokens), losses within 1e-6."""
+    import pyarrow.parquet as pq
+
+    sh(repo, "dvc", "repro")  # the one-process run of the current params
+    one = json.loads((repo / "metrics/train/metrics.json").read_text())
+    one_log = pq.read_table(repo / "data/rollouts.parquet").to_pandas()
+
+    done = sh(repo, "dvc", "exp", "run", "-S", "launch=ddp_cpu2", "--name", "two-procs")
+    assert ran(done) == ["train", "dynamics", "evaluate"]
+    two = json.loads((repo / "metrics/train/metrics.json").read_text())
+    two_log = pq.read_table(repo / "data/rollouts.parquet").to_pandas()
+    assert (one_log["id"] == two_log["id"]).all() and (one_log["step"] == two_log["step"]).all()
+    assert (one_log["reward_mean"] == two_log["reward_mean"]).all()
+    assert two["reward"] == one["reward"] and two["step"] == one["step"]
+    assert two["loss"] == pytest.approx(one["loss"], abs=1e-6)
+    assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
+    sh(repo, "git", "checkout", "params.yaml")
+    done = sh(repo, "dvc", "repro")  # back to one process: train restored from the run cache
+    assert "train" not in ran(done)  # (dynamics reruns: its figures are not cached outputs)
+    assert json.loads((repo / "metrics/train/metrics.json").read_text()) == one
+
+
 def test_changing_an_eval_param_reruns_only_evaluate(repo):
     sh(repo, "dvc", "exp", "run", "-S", "eval.temperature=0.7", "--name", "cooler")
     done = sh(repo, "dvc", "exp", "show", "--csv", "--only-changed")
