@@ -40,3 +40,14 @@ def make_accelerator():
             importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     # DeepSpeed on the CPU runs with use_cpu false (its config), so `cpu` goes to DDP only.
     return Accelerator(cpu=cpu and not uses_deepspeed(), kwargs_handlers=handlers)
+
+
+def zero_state_globals() -> list:
+    """The DeepSpeed classes a ZeRO optimizer's state_dict() holds besides tensors and plain
+    values (its loss scaler, its stage, its parameter-to-partition map): what torch.load must
+    allow to read a saved shard with weights_only (torch.serialization.safe_globals)."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]

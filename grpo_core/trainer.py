@@ -284,20 +284,60 @@ class GRPOTrainer:
     # ---- state (resume) ---------------------------------------------------------------
     def state_dict(self) -> dict:
         """What a resumed run needs besides the weights: optimizer and scheduler state, and
-        CoDaPO's queue (by question id)."""
-        return {
+        CoDaPO's queue (by question id).
+
+        Under DeepSpeed the optimizer state is this process's ZeRO shard (its partition of the
+        Adam moments and of the fp32 master weights; DeepSpeed's own per-rank format, as
+        `engine.save_checkpoint` writes it) with the engine's step counters: every process
+        saves its own, and loads it back into an engine of the same world size and config."""
+        state = {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "resample_queue": [q.id for q in self.resample_queue],
             "num_resampled": self.num_resampled,
         }
+        if self.deepspeed:
+            engine = self.policy
+            state["engine"] = {
+                "global_steps": engine.global_steps,
+                "global_samples": engine.global_samples,
+                "skipped_steps": engine.skipped_steps,
+            }
+            state["rank"], state["world"] = self.rank, self.world
+        return state
 
     def load_state_dict(self, state: dict, questions: list[Question]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.deepspeed:
+            self._load_zero_state(state)
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         by_id = {q.id: q for q in questions}
         self.resample_queue = [by_id[i] for i in state["resample_queue"]]
         self.num_resampled = state["num_resampled"]
+
+    def _load_zero_state(self, state: dict) -> None:
+        """This process's ZeRO shard back into the engine, as `engine.load_checkpoint` does
+        (the weights are already in: the engine was built from them). The fp32 master weights
+        come from the shard (load_from_fp32_weights, DeepSpeed's default), not from the 16-bit
+        weights, so a bf16 run continues exactly too."""
+        if (state.get("rank"), state.get("world")) != (self.rank, self.world):
+            raise ValueError(
+                f"ZeRO optimizer state of process {state.get('rank')} of {state.get('world')}, "
+                f"loaded into process {self.rank} of {self.world}"
+            )
+        engine = self.policy
+        # A list by rank, as DeepSpeed reads its per-rank files: a shard saved by the same
+        # world size (not elastic) is read from this process's entry only.
+        shards: list[dict | None] = [None] * self.world
+        shards[self.rank] = state["optimizer"]
+        engine.optimizer.load_state_dict(
+            shards,
+            load_optimizer_states=True,
+            load_from_fp32_weights=engine.zero_load_from_fp32_weights(),
+        )
+        for key, value in state["engine"].items():
+            setattr(engine, key, value)
 
     # ---- batches ----------------------------------------------------------------------
     def next_batch(self, draw: Callable[[int], list[Question]]) -> list[Question]:

@@ -6,7 +6,8 @@ data/rollouts.parquet (one row per question per step)
 
 With `launch` naming an accelerate config of more than one process, the stage relaunches
 itself through `accelerate launch`; every process trains its share, and only the main one
-writes files (the others wait at barriers)."""
+writes files (the others wait at barriers), except under DeepSpeed ZeRO, where each process
+also writes its shard of the optimizer state into the resume state."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from safetensors.torch import load_file
 from grpo_core.backends import VLLMBackend
 from grpo_core.config import Params, launch_config
 from grpo_core.difficulty import CURRICULA
-from grpo_core.distributed import make_accelerator
+from grpo_core.distributed import make_accelerator, zero_state_globals
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.models import load_model, uses_chat
@@ -80,6 +81,9 @@ TRAIN_INPUTS = [
 # here (DVC removes a stage's outputs before rerunning it, but not this), and the next run with
 # the same params and inputs continues from it. On success its checkpoints move to checkpoints/.
 RUN_DIR = Path(".grpo_lab/train")
+# Under DeepSpeed: where each process other than the main one writes its shard of the trainer
+# state before the main process moves them all into the new resume state (save_resume).
+SHARDS = RUN_DIR / "resume.shards"
 
 
 def checkpoint_dir(root: Path, step: int) -> Path:
@@ -135,14 +139,17 @@ def _file_digest(path: Path, whole: bool) -> str:
 
 
 def run_fingerprint(params: Params, inputs: list[str]) -> str:
-    """What a run depends on: the resolved params it reads and its input files. A resume state
-    with another fingerprint belongs to another run and is discarded."""
+    """What a run depends on: the resolved params it reads (`launch` with its accelerate
+    config: a ZeRO optimizer state is sharded by the number of processes) and its input files.
+    A resume state with another fingerprint belongs to another run and is discarded."""
     h = hashlib.sha256()
     record = {
         "seed": params.seed,
         "algo": params.algo,
         "train": params.train.model_dump(),
         "reward": params.reward.model_dump(),
+        "launch": params.launch,
+        "launch_config": yaml.safe_load(launch_config(params.launch).read_text()),
     }
     h.update(json.dumps(record, sort_keys=True).encode())
     for name in inputs:
@@ -153,34 +160,70 @@ def run_fingerprint(params: Params, inputs: list[str]) -> str:
     return h.hexdigest()
 
 
-def save_resume(fingerprint: str, step: int, trainer, sampler, history, log_rows) -> None:
-    """Everything but the weights (checkpoints/step-N has those) to continue after `step`."""
+def _shard_name(rank: int) -> str:
+    return "trainer.pt" if rank == 0 else f"trainer-rank{rank}.pt"
+
+
+def save_resume(fingerprint: str, step: int, trainer, sampler, history, log_rows, barrier=None):
+    """Everything but the weights (checkpoints/step-N has those) to continue after `step`.
+
+    Every process calls it. With one process or DDP every process holds the same state and the
+    main one writes it (trainer.pt). Under DeepSpeed each holds only its shard of the optimizer
+    state: the others write theirs to SHARDS (trainer-rank{r}.pt, each atomically), and once
+    all are written (`barrier`) the main process moves them beside its own (trainer.pt) and
+    state.json into the new resume state, which replaces the last one in one rename: a kill
+    at any point leaves the last complete state (the processes share the file system)."""
+    sharded = trainer.deepspeed
+    if sharded:
+        state = trainer.state_dict()  # every process, in step
+        if trainer.rank != 0:
+            with atomic_path(SHARDS / _shard_name(trainer.rank)) as tmp:
+                torch.save(state, tmp)
+        if barrier is not None:
+            barrier()
+    if trainer.rank != 0:
+        return
+    if not sharded:
+        state = trainer.state_dict()
     with atomic_path(RUN_DIR / "resume") as tmp:
         tmp.mkdir()
-        torch.save(trainer.state_dict(), tmp / "trainer.pt")
-        state = {
+        torch.save(state, tmp / "trainer.pt")
+        for rank in range(1, trainer.world if sharded else 1):
+            (SHARDS / _shard_name(rank)).rename(tmp / _shard_name(rank))
+        record = {
             "fingerprint": fingerprint,
             "step": step,
+            "world": trainer.world,
+            "sharded": sharded,
             "sampler": sampler.state_dict(),
             "history": history,
             "log_rows": log_rows,
         }
-        (tmp / "state.json").write_text(json.dumps(state))
+        (tmp / "state.json").write_text(json.dumps(record))
 
 
-def load_resume(fingerprint: str, clean: bool = True) -> dict | None:
+def load_resume(fingerprint: str, clean: bool = True, rank: int = 0) -> dict | None:
     """The state of a stopped run with this fingerprint, or None (a fresh run: any other
     run's leftovers are removed, unless `clean` is false: a process other than the main one
-    only reads)."""
-    state_file = RUN_DIR / "resume/state.json"
+    only reads, after the main one). `rank`: this process, whose shard of a DeepSpeed state
+    ("trainer") it reads."""
+    resume = RUN_DIR / "resume"
+    state_file = resume / "state.json"
     if state_file.exists():
         state = json.loads(state_file.read_text())
-        if state["fingerprint"] == fingerprint:
-            state["trainer"] = torch.load(RUN_DIR / "resume/trainer.pt", weights_only=True)
+        sharded = state.get("sharded", False)
+        shards = [resume / _shard_name(r) for r in range(state.get("world", 1) if sharded else 1)]
+        if state["fingerprint"] == fingerprint and all(f.exists() for f in shards):
+            path = resume / _shard_name(rank if sharded else 0)
+            allowed = zero_state_globals() if sharded else []
+            with torch.serialization.safe_globals(allowed):
+                # On the CPU: the optimizer moves its state to its parameters' devices.
+                state["trainer"] = torch.load(path, map_location="cpu", weights_only=True)
             return state
         if clean:
             log.info(
-                "%s belongs to another run (params or inputs changed): starting afresh", RUN_DIR
+                "%s belongs to another run (params, launch or inputs changed): starting afresh",
+                RUN_DIR,
             )
     if clean:
         shutil.rmtree(RUN_DIR, ignore_errors=True)
@@ -306,15 +349,7 @@ def train(params: Params) -> None:
     resume = load_resume(fingerprint) if main_process else None
     barrier()
     if not main_process:
-        resume = load_resume(fingerprint, clean=False)
-    # Under DeepSpeed each process holds only its shard of the optimizer state, which the
-    # resume state (written by the main process) does not gather yet: such a run restarts
-    # from step 0 after a kill.
-    resumable = accelerator is None or accelerator.state.deepspeed_plugin is None
-    if not resumable:
-        if resume is not None:
-            log.warning("DeepSpeed: resuming is not supported yet; starting from step 0")
-        resume = None
+        resume = load_resume(fingerprint, clean=False, rank=accelerator.process_index)
     sampler = QuestionSampler(len(questions), params.seed)
     history: list[dict] = []  # step metrics
     log_rows: list[dict] = []
@@ -371,11 +406,11 @@ def train(params: Params) -> None:
             log_rows.extend({"step": step, **row} for row in rows)
             done = step + 1
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-                # Every process holds the same weights and state: the main one writes them.
+                # Every process holds the same weights: the main one writes them; and the same
+                # trainer state but under DeepSpeed, where each writes its shard.
                 if main_process:
                     save_checkpoint(policy, done)
-                    if resumable:
-                        save_resume(fingerprint, done, trainer, sampler, history, log_rows)
+                save_resume(fingerprint, done, trainer, sampler, history, log_rows, barrier)
                 barrier()
 
         run(trainer, questions, cfg.steps, params.seed, on_step, sampler=sampler, start=start)

@@ -16,12 +16,18 @@ held to the same tolerances: its differences are of the same kind (a reduce-scat
 flattened gradients instead of DDP's all-reduce, and its own clipping coefficient, the same
 formula as clip_grad_norm_'s).
 
-This file is also the launched worker (`python tests/test_distributed.py OUT SCENARIO,...`).
+A killed 2-process run resumes (stages.train's checkpoint and resume state, the optimizer state
+sharded under ZeRO-2) and ends exactly as the unbroken 2-process run: same processes, same
+numbers in the same order, so no tolerance.
+
+This file is also the launched worker
+(`python tests/test_distributed.py OUT SCENARIO,... [RUN_DIR]`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -56,6 +62,10 @@ LAUNCHES = {
     "zero2": ("zero2_cpu2.yaml", "DEEPSPEED", ["grpo", "dapo", "codapo", "one_group"]),
 }
 CASES = [(launch, name) for launch, (_, _, names) in LAUNCHES.items() for name in names]
+# Resume: this scenario (CoDaPO: a resampling queue and the sampler in the trainer state),
+# checkpointed after every step and killed in step KILLED_IN (after training it, before its
+# state is saved), then resumed from step KILLED_IN by a second launch.
+RESUME_SCENARIO, KILLED_IN = "codapo", 1
 
 
 def _setup(name: str):
@@ -118,7 +128,72 @@ def _train(name: str, accelerator=None) -> dict:
     return {"metrics": metrics, "state": state, "initial": initial, "trained_rows": shares}
 
 
-def _worker(out: Path, names: list[str]) -> None:
+class _Killed(Exception):
+    pass
+
+
+def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
+    """stages.train's checkpointing on the harness, its files in `run_dir`: "kill" trains
+    RESUME_SCENARIO until it is killed in step KILLED_IN, "resume" loads the last state and
+    trains to the end as the stage does; the step metrics (the resumed ones included), the
+    final weights and the step it resumed from."""
+    import stages.train as stage
+    from grpo_core.trainer import GRPOTrainer, QuestionSampler, run
+
+    stage.RUN_DIR, stage.SHARDS = run_dir, run_dir / "resume.shards"
+    main_process = accelerator.is_main_process
+    fingerprint = f"test:{accelerator.distributed_type.name}:{accelerator.num_processes}"
+    torch.manual_seed(0)
+    model, tokenizer, params, questions = _setup(RESUME_SCENARIO)
+    sampler = QuestionSampler(len(questions), seed=0)
+    history: list[dict] = []
+    log_rows: list[dict] = []
+    start = 0
+    resume = None
+    if phase == "resume":
+        resume = stage.load_resume(fingerprint) if main_process else None
+        accelerator.wait_for_everyone()
+        if not main_process:
+            resume = stage.load_resume(fingerprint, False, accelerator.process_index)
+        assert resume is not None
+        start = resume["step"]
+        stage.load_checkpoint(model, stage.checkpoint_dir(run_dir, start))
+        sampler.load_state_dict(resume["sampler"])
+        history, log_rows = resume["history"], resume["log_rows"]
+    trainer = GRPOTrainer(
+        model, tokenizer, params.train, reward=params.reward, accelerator=accelerator
+    )
+    if resume is not None:
+        trainer.load_state_dict(resume["trainer"], questions)
+
+    def on_step(step: int, metrics: dict, rows: list[dict]) -> None:
+        if phase == "kill" and step == KILLED_IN:
+            raise _Killed
+        history.append(metrics)
+        log_rows.extend({"step": step, **row} for row in rows)
+        if main_process:
+            stage.save_checkpoint(model, step + 1)
+        stage.save_resume(
+            fingerprint,
+            step + 1,
+            trainer,
+            sampler,
+            history,
+            log_rows,
+            accelerator.wait_for_everyone,
+        )
+        accelerator.wait_for_everyone()
+
+    try:
+        run(trainer, questions, STEPS, 0, on_step, sampler=sampler, start=start)
+    except _Killed:
+        assert phase == "kill"
+    state = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    return {"metrics": history, "state": state, "start": start, "trainable": trainable}
+
+
+def _worker(out: Path, names: list[str], run_dir: Path | None = None) -> None:
     """Run inside `accelerate launch`: the scenarios `names`, every process writes its results
     and how it ran (the Accelerator stages.train builds)."""
     from grpo_core.distributed import make_accelerator
@@ -127,7 +202,12 @@ def _worker(out: Path, names: list[str]) -> None:
     accelerator = make_accelerator()
     # A process that silently runs alone would still "match" one process.
     assert accelerator.num_processes == 2, accelerator.num_processes
-    results = {name: _train(name, accelerator) for name in names}
+    results = {
+        name: _resume_phase(name.split(":")[1], accelerator, run_dir)
+        if name.startswith("resume:")
+        else _train(name, accelerator)
+        for name in names
+    }
     results["_launch"] = {
         "num_processes": accelerator.num_processes,
         "distributed_type": accelerator.distributed_type.name,
@@ -143,8 +223,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(launch: str, out: Path) -> tuple[list[dict], float]:
-    config, _, names = LAUNCHES[launch]
+def _launch(
+    launch: str, out: Path, names: list[str] | None = None, run_dir: Path | None = None
+) -> tuple[list[dict], float]:
+    config, _, scenarios = LAUNCHES[launch]
+    names = names or scenarios
+    out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         env.pop(var, None)
@@ -159,13 +243,14 @@ def _launch(launch: str, out: Path) -> tuple[list[dict], float]:
         str(Path(__file__)),
         str(out),
         ",".join(names),
+        *([str(run_dir)] if run_dir is not None else []),
     ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
-    print(f"2-process {launch} launch: {wall:.1f}s")
+    print(f"2-process {launch} launch ({','.join(names)}): {wall:.1f}s")
     return ranks, wall
 
 
@@ -231,6 +316,66 @@ def test_two_processes_train_as_one(launched, one_process, launch, name):
         assert sum(both) >= STEPS - 1, both
 
 
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+def test_a_killed_two_process_run_resumes_and_ends_as_the_unbroken_run(launched, launch, tmp_path):
+    """Killed in step KILLED_IN of STEPS (checkpoints after every step); a second launch resumes
+    from step KILLED_IN. Under ZeRO-2 each process saved and loads its own optimizer shard."""
+    if launch == "zero2" and importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed is not installed (`make` installs requirements-deepspeed.lock)")
+    unbroken = [rank[RESUME_SCENARIO] for rank in launched(launch)[0]]
+    run_dir = tmp_path / "run"
+    killed = _launch(launch, tmp_path / "killed", ["resume:kill"], run_dir)[0][0]["resume:kill"]
+    resume = run_dir / "resume"
+    state = json.loads((resume / "state.json").read_text())
+    sharded = launch == "zero2"
+    assert (state["step"], state["world"], state["sharded"]) == (KILLED_IN, 2, sharded)
+    files = sorted(f.name for f in resume.iterdir())
+    assert files == sorted(["state.json", "trainer.pt"] + (["trainer-rank1.pt"] if sharded else []))
+    if sharded:  # each process's own half of the fp32 master weights and the Adam moments
+        from grpo_core.distributed import zero_state_globals
+
+        with torch.serialization.safe_globals(zero_state_globals()):
+            shards = [
+                torch.load(resume / f, weights_only=True)
+                for f in ("trainer.pt", "trainer-rank1.pt")
+            ]
+        assert [s["rank"] for s in shards] == [0, 1]
+        sizes = [s["optimizer"]["single_partition_of_fp32_groups"][0].numel() for s in shards]
+        assert sum(sizes) == killed["trainable"] and sizes[0] == sizes[1], sizes
+
+    ranks, wall = _launch(launch, tmp_path / "resumed", ["resume:resume"], run_dir)
+    max_weight = 0.0
+    for rank, whole in zip(ranks, unbroken, strict=True):
+        resumed = rank["resume:resume"]
+        assert resumed["start"] == KILLED_IN
+        assert resumed["metrics"] == whole["metrics"]
+        for key, w in whole["state"].items():
+            max_weight = max(max_weight, float((resumed["state"][key] - w).abs().max()))
+            assert torch.equal(resumed["state"][key], w), key
+    print(f"{launch} resumed: max |weight diff| {max_weight:.2e} (resume launch {wall:.1f}s)")
+
+
+def test_the_fingerprint_holds_the_launch_and_a_state_missing_a_shard_is_discarded(
+    tmp_path, monkeypatch
+):
+    import stages.train as stage
+    from grpo_core.config import parse_params
+
+    prints = {
+        launch: stage.run_fingerprint(parse_params({"launch": launch}), [])
+        for launch in ("cpu", "ddp_cpu2", "zero2_cpu2")
+    }
+    assert len(set(prints.values())) == 3
+    monkeypatch.setattr(stage, "RUN_DIR", tmp_path / "run")
+    resume = tmp_path / "run/resume"
+    resume.mkdir(parents=True)
+    record = {"fingerprint": "f", "step": 1, "world": 2, "sharded": True}
+    (resume / "state.json").write_text(json.dumps(record))
+    torch.save({}, resume / "trainer.pt")  # trainer-rank1.pt missing: a save cut short
+    assert stage.load_resume("f", clean=False) is None and resume.exists()
+    assert stage.load_resume("f") is None and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
     "loss_agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 )
@@ -271,4 +416,4 @@ def test_group_shares_are_contiguous_whole_and_cover_every_group():
 
 
 if __name__ == "__main__":
-    _worker(Path(sys.argv[1]), sys.argv[2].split(","))
+    _worker(Path(sys.argv[1]), sys.argv[2].split(","), *map(Path, sys.argv[3:]))
