@@ -36,7 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from grpo_core import rollout
-from grpo_core.rollout import Rollouts, completion_mask_from_ids, token_logprobs
+from grpo_core.rollout import Rollouts, completion_mask_from_ids
 
 VLLM_INSTALL_HINT = (
     "the vLLM rollout backend needs vllm, which is not installed; install the optional extra: "
@@ -332,22 +332,13 @@ class HFBackend:
 
     @torch.no_grad()
     def _fill_sampler_logp(self, ro: Rollouts, temperature: float) -> None:
-        logps, entropies = [], []
-        for start in range(0, ro.input_ids.shape[0], self.micro_batch_size):
-            rows = slice(start, start + self.micro_batch_size)
-            logp, entropy = token_logprobs(
-                self.model,
-                ro.input_ids[rows],
-                ro.attention_mask[rows],
-                ro.prompt_len,
-                temperature,
-                with_entropy=True,
-            )
-            logps.append(logp)
-            entropies.append(entropy)
+        unrecorded = dataclasses.replace(ro, sampler_logp=None, sampler_key=None)
+        logp, entropy = rollout.score_rollouts(
+            self.model, unrecorded, temperature, self.micro_batch_size
+        )
         sampled = (ro.completion_mask.bool() & ~ro.guide_mask.bool()).to(torch.float32)
-        ro.sampler_logp = torch.cat(logps).float() * sampled
-        ro.sampler_entropy = torch.cat(entropies).float() * sampled
+        ro.sampler_logp = logp.float() * sampled
+        ro.sampler_entropy = entropy.float() * sampled
         ro.sampler_key = None  # differs from the trainer's pi_old on guide tokens
 
     def sync_weights(self, model) -> None:
