@@ -244,6 +244,7 @@ class GRPOTrainer:
         # weights synced from the policy before each rollout batch, and the loss is corrected
         # for its log-probs differing from the policy's (truncated importance sampling).
         self.backend = backend
+        self._synced = None  # the weights' `_sampler_key` at the backend's last sync
         self.world = accelerator.num_processes if accelerator is not None else 1
         self.rank = accelerator.process_index if accelerator is not None else 0
         self.model = policy  # the unwrapped policy: sampling, scoring, saving
@@ -426,8 +427,11 @@ class GRPOTrainer:
         generator and the group's position. With several processes, each samples its block of
         the groups and every process returns the whole batch."""
         self.policy.eval()
-        if self.backend is not None:
-            self.backend.sync_weights(self.model)
+        if self.backend is not None:  # once per weight change, not per refill round
+            key = _sampler_key(self.model, self.cfg.temperature)
+            if key != self._synced:
+                self.backend.sync_weights(self.model)
+                self._synced = key
         base = int(torch.randint(0, 2**62, (1,)))
         lo, hi = _share(len(questions), self.rank, self.world)
         sampled = None

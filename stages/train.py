@@ -175,6 +175,8 @@ def save_resume(fingerprint: str, step: int, trainer, sampler, history, log_rows
     at any point leaves the last complete state (the processes share the file system)."""
     sharded = trainer.deepspeed
     if sharded:
+        if barrier is None and trainer.world > 1:
+            raise ValueError("save_resume under DeepSpeed needs the barrier: shards come first")
         state = trainer.state_dict()  # every process, in step
         if trainer.rank != 0:
             with atomic_path(SHARDS / _shard_name(trainer.rank)) as tmp:

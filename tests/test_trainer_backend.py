@@ -32,7 +32,10 @@ class CopyBackend(HFBackend):
         super().__init__(copy.deepcopy(model), tokenizer)
         self.sync = sync
 
+        self.syncs = 0
+
     def sync_weights(self, model) -> None:
+        self.syncs += 1
         if self.sync:
             self.model.load_state_dict(model.state_dict())
 
@@ -127,3 +130,21 @@ def test_gradient_checkpointing_gives_the_same_update(tokenizer, tiny_model, sta
         # other rounding), and Adam's first steps turn rounding-sized gradients into lr-sized
         # moves on entries whose gradient is near 0.
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_the_backend_is_synced_once_per_weight_change(tokenizer, tiny_model, starts_with_7):
+    """Dynamic sampling's refill rounds sample again with unchanged weights: no new sync."""
+    model = copy.deepcopy(tiny_model)
+    backend = CopyBackend(model, tokenizer, sync=True)
+    cfg = _cfg(dynamic_sampling=True, max_sampling_rounds=3, prompts_per_step=8)
+    trainer = GRPOTrainer(model, tokenizer, cfg, backend=backend)
+    rounds: list[float] = []
+    run(
+        trainer,
+        starts_with_7,
+        steps=3,
+        seed=0,
+        on_step=lambda s, m, r, h=rounds: h.append(m["sampling_rounds"]),
+    )
+    assert sum(rounds) > 3  # some step refilled
+    assert backend.syncs == 3
