@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from benchmarks.repro import paired_levels, scratch_copy, sh
-from grpo_core.algos import ALGOS
+from grpo_core.algorithms.presets import ALGOS
 
 
 def total_rollouts(work: Path) -> int:

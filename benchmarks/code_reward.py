@@ -15,8 +15,8 @@ import json
 import os
 import time
 
-from grpo_core.code_reward import CodeRewardConfig, code_rewards
-from grpo_core.sandbox import network_isolation_available
+from grpo_core.rewards.code import CodeRewardConfig, code_rewards
+from grpo_core.rewards.sandbox import network_isolation_available
 
 FIB = "def fib(n):\n    a, b = {start}\n    for _ in range(n):\n        a, b = b, a + b\n" + (
     "    return a\n"

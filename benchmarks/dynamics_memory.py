@@ -1,4 +1,4 @@
-"""Peak memory of `grpo_core.dynamics.tensor_dynamics` on a 100M+ parameter model.
+"""Peak memory of `grpo_core.analysis.tensor_dynamics.tensor_dynamics` on a 100M+ parameter model.
 
     python -m benchmarks.dynamics_memory [--keep DIR] [--checkpoints 3]
 
@@ -12,7 +12,8 @@ quarter of the entries), embeddings move on 2,000 token rows only, norms get sma
 relative update about 1e-3 per step.
 
 Then, each in a fresh subprocess: a baseline child that only imports torch, pyarrow and
-grpo_core.dynamics, and a child that runs `tensor_dynamics` over the checkpoints with the
+grpo_core.analysis.tensor_dynamics, and a child that runs `tensor_dynamics` over the checkpoints
+with the
 default settings (svd="auto": exact up to 1024 rows or columns, which here is every tensor).
 Each child runs under a bare launcher process that reports
 `resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`, its only child's peak RSS (see `child` for
@@ -54,10 +55,10 @@ done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
 print(json.dumps({"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-4000:],
                   "maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
 """
-BASELINE = "import torch, pyarrow, grpo_core.dynamics"
+BASELINE = "import torch, pyarrow, grpo_core.analysis.tensor_dynamics"
 RUN = """
 import json, sys, time
-from grpo_core.dynamics import tensor_dynamics, aggregate
+from grpo_core.analysis.tensor_dynamics import tensor_dynamics, aggregate
 base, ckpts = sys.argv[1], json.loads(sys.argv[2])
 start = time.perf_counter()
 table = tensor_dynamics(base, [(s, p) for s, p in ckpts], progress=False)
@@ -95,7 +96,7 @@ def write_safetensors(path: Path, shapes: dict[str, tuple[int, ...]], tensor_of)
 
 def update(name: str, w0: torch.Tensor, seed: int) -> torch.Tensor:
     """A random update of `w0` with relative Frobenius size REL_STEP, shaped by module type."""
-    from grpo_core.dynamics import classify
+    from grpo_core.analysis.tensor_dynamics import classify
 
     g = torch.Generator().manual_seed(seed)
     _, module = classify(name)

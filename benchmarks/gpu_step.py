@@ -10,9 +10,9 @@ with the reference solution), group-normalised advantages, the trainer's old log
 (`score_rollouts`: free with the HF backend, whose sampler recorded them; one forward pass with
 vLLM), one clipped-surrogate update in micro-batches (backward, grad clip, AdamW step), then
 `backend.sync_weights(model)`. With vLLM the loss is weighted by the truncated importance weights
-(`grpo_core.backends.truncated_is_weights`, cap 2) and the step reports the sampler/trainer
+(`grpo_core.rollout.backends.truncated_is_weights`, cap 2) and the step reports the sampler/trainer
 mismatch. The first step's rollouts are checked against the backend contract
-(`grpo_core.backends.check_rollouts`).
+(`grpo_core.rollout.backends.check_rollouts`).
 
 Without `--model` the tiny-world model (random weights) is built in a temporary folder.
 `--make-model DIR` builds, with no download, a model of the shapes of a Qwen2.5 size (the table
@@ -48,8 +48,8 @@ def make_model(path: Path, size: str = "0.5B", layers: int | None = None, seed: 
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from benchmarks.memory_table import QWEN25
-    from grpo_core.tiny import arith
-    from grpo_core.tiny.tokenizer import build_char_tokenizer
+    from grpo_core.data.tiny import arith
+    from grpo_core.models.tiny_tokenizer import build_char_tokenizer
 
     arch = QWEN25[size]
     base = set(arith.prompt(47, 38) + arith.solution(47, 38) + "0123456789+=?:QA \n\\boxed{}")
@@ -95,10 +95,15 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from benchmarks.step_time import agreement, bench_problems
-    from grpo_core.advantages import grpo_advantage
-    from grpo_core.backends import HFBackend, VLLMBackend, check_rollouts, truncated_is_weights
-    from grpo_core.losses import agg_loss, clipped_surrogate, masked_mean
-    from grpo_core.rollout import score_rollouts, token_logprobs
+    from grpo_core.algorithms.advantages import grpo_advantage
+    from grpo_core.algorithms.losses import agg_loss, clipped_surrogate, masked_mean
+    from grpo_core.rollout.backends import (
+        HFBackend,
+        VLLMBackend,
+        check_rollouts,
+        truncated_is_weights,
+    )
+    from grpo_core.rollout.sampler import score_rollouts, token_logprobs
 
     device = torch.device(args.device)
     cuda = device.type == "cuda"

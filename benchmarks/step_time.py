@@ -2,7 +2,8 @@
 
     python -m benchmarks.step_time [--model DIR] --prompts 16 --group 8 --new-tokens 16 --steps 10
 
-A *step* is what `grpo_core.trainer.GRPOTrainer.step` does: one rollout batch of `--prompts`
+A *step* is what `grpo_core.training.trainer.GRPOTrainer.step` does: one rollout batch of
+`--prompts`
 tiny-world arithmetic prompts x `--group` completions, its rewards and old log-probs, then
 `updates_per_batch` optimizer steps on it. TRL runs the same work as `num_iterations` optimizer
 steps per generation batch (per_device_train_batch_size = prompts x group, one micro-batch,
@@ -23,7 +24,8 @@ look faster than it is; the random-weight default keeps the two doing the same w
 Exact lengths (`--exact-length`, on by default): EOS is kept from being sampled before
 `--new-tokens` tokens (HF's `min_new_tokens`: EOS's probability set to 0), so every completion
 of both trainers is exactly `--new-tokens` long. Ours gets it through
-`grpo_core.rollout.generate(min_new_tokens=...)`, bound into the function the trainer calls by
+`grpo_core.rollout.sampler.generate(min_new_tokens=...)`, bound into the function the trainer calls
+by
 this script only; TRL through `GRPOConfig.generation_kwargs`. `--natural-length` lets EOS end
 completions (lengths then differ between the two, and so does the work).
 
@@ -71,7 +73,7 @@ def trl_agreement(prompts, completions, solution, **_) -> list[float]:
 
 def bench_problems(n: int, seed: int) -> list[dict]:
     """`n` tiny-world arithmetic problems, alternating over `LEVELS`."""
-    from grpo_core.tiny import arith
+    from grpo_core.data.tiny import arith
 
     per = -(-n // len(LEVELS))
     by_level = [arith.generate_level(lv, per, 0, seed)["train"] for lv in LEVELS]
@@ -81,10 +83,10 @@ def bench_problems(n: int, seed: int) -> list[dict]:
 
 def build_tiny(path: Path, seed: int) -> Path:
     """The tiny-world Llama (`model.tiny` defaults, random weights) and character tokenizer."""
-    from grpo_core.config import TinyModelParams
-    from grpo_core.tiny import arith
-    from grpo_core.tiny.model import build_tiny_model
-    from grpo_core.tiny.tokenizer import build_char_tokenizer
+    from grpo_core.config.model import TinyModelParams
+    from grpo_core.data.tiny import arith
+    from grpo_core.models.tiny_model import build_tiny_model
+    from grpo_core.models.tiny_tokenizer import build_char_tokenizer
 
     texts = [arith.prompt(47, 38), arith.solution(47, 38), "0123456789+=?:QA \n\\boxed{}"]
     tokenizer = build_char_tokenizer(texts)
@@ -130,7 +132,7 @@ def _worker(kind: str, cfg: dict, conn) -> None:
         import datasets  # noqa: F401
         from trl import GRPOConfig, GRPOTrainer  # noqa: F401
 
-        import grpo_core.trainer  # noqa: F401
+        import grpo_core.training.trainer  # noqa: F401
 
         baseline = _rss_mb()
         (_ours if kind == "ours" else _trl)(cfg, conn, baseline)
@@ -149,7 +151,7 @@ def _load(cfg):
 
 
 def _train_params(cfg: dict):
-    from grpo_core.config import parse_params
+    from grpo_core.config.params import parse_params
 
     train = {
         "prompts_per_step": cfg["prompts"],
@@ -162,9 +164,10 @@ def _train_params(cfg: dict):
 def _ours(cfg: dict, conn, baseline: float) -> None:
     import torch
 
-    from grpo_core import rewards, rollout
-    from grpo_core import trainer as trainer_mod
-    from grpo_core.trainer import GRPOTrainer, Question
+    from grpo_core.rewards import verifiers as rewards
+    from grpo_core.rollout import sampler as rollout
+    from grpo_core.training import trainer as trainer_mod
+    from grpo_core.training.trainer import GRPOTrainer, Question
 
     rewards.VERIFIERS[DOMAIN] = agreement  # this process only
     model, tokenizer = _load(cfg)
@@ -193,7 +196,7 @@ def _ours(cfg: dict, conn, baseline: float) -> None:
         if conn.recv() != "step":
             return
         seen.clear()
-        torch.manual_seed(cfg["seed"] * 100_003 + step)  # as grpo_core.trainer.run
+        torch.manual_seed(cfg["seed"] * 100_003 + step)  # as grpo_core.training.trainer.run
         t0 = time.perf_counter()
         metrics, _ = trainer.step(questions[step * p : (step + 1) * p])
         conn.send(

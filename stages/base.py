@@ -11,20 +11,20 @@ import shutil
 
 from transformers import AutoTokenizer
 
-from grpo_core.config import Params
+from grpo_core.config.model import BaseStage
+from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json
-from grpo_core.models import resolve_model
-from grpo_core.schema import read_problems
-from grpo_core.sft import warm_start
-from grpo_core.tiny.model import build_tiny_model
-from grpo_core.tiny.tokenizer import build_char_tokenizer
+from grpo_core.models.loading import resolve_model
+from grpo_core.models.sft import warm_start
+from grpo_core.models.tiny_model import build_tiny_model
+from grpo_core.models.tiny_tokenizer import build_char_tokenizer
 from stages.common import log, main
 
 OUT = "models/base"
 
 
-def base(params: Params) -> None:
+def base(params: BaseStage) -> None:
     cfg = params.model
     if cfg.name != "tiny":
         source, record = resolve_model(cfg.name, cfg.revision)
@@ -61,4 +61,4 @@ def base(params: Params) -> None:
 
 
 if __name__ == "__main__":
-    main(base)
+    main(base, BaseStage)

@@ -3,10 +3,11 @@ data/profile.parquet -> what training changed.
 
 - data/dynamics/tensors.parquet: one row per parameter tensor and checkpoint (relative update,
   changed fraction, stable and effective rank, cosine between successive updates;
-  grpo_core.dynamics), and data/dynamics/modules.parquet, the same by layer and module type;
+  grpo_core.analysis.tensor_dynamics), and data/dynamics/modules.parquet, the same by layer and
+  module type;
 - data/dynamics/tokens.parquet: per step, overall, by level and by profile bin (confidence of
   correct and incorrect rollouts, |advantage| distribution, accuracy, the update weights the
-  loss applied; grpo_core.token_dynamics);
+  loss applied; grpo_core.analysis.token_dynamics);
 - metrics/dynamics.json (a summary for `dvc metrics diff`), metrics/dynamics/*.csv (DVC plots)
   and metrics/dynamics/{heatmap,tokens}.png (the figures in the README).
 """
@@ -21,11 +22,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from grpo_core.config import Params
-from grpo_core.dynamics import aggregate, heatmap_figure, tensor_dynamics
+from grpo_core.analysis.tensor_dynamics import aggregate, heatmap_figure, tensor_dynamics
+from grpo_core.analysis.token_dynamics import plot_tables, token_dynamics, token_figure
+from grpo_core.config.dynamics import DynamicsStage
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
-from grpo_core.token_dynamics import plot_tables, token_dynamics, token_figure
 from stages.common import log, main
 
 OUT = Path("data/dynamics")
@@ -83,7 +84,7 @@ def update_by_module(tensors: pa.Table) -> pa.Table:
     return pa.table(columns)
 
 
-def dynamics(params: Params) -> None:
+def dynamics(params: DynamicsStage) -> None:
     cfg = params.dynamics
     checkpoints = find_checkpoints()
     log.info("tensor statistics at steps %s", [step for step, _ in checkpoints])
@@ -112,4 +113,4 @@ def dynamics(params: Params) -> None:
 
 
 if __name__ == "__main__":
-    main(dynamics)
+    main(dynamics, DynamicsStage)

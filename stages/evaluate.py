@@ -10,20 +10,20 @@ import io
 import pyarrow as pa
 import torch
 
-from grpo_core.config import Params
-from grpo_core.evaluation import summarize
+from grpo_core.analysis.evaluation import summarize
+from grpo_core.analysis.sampling import sample_problems
+from grpo_core.config.eval import EvaluateStage
+from grpo_core.data.prompts import render_prompts
+from grpo_core.data.schema import read_problems
 from grpo_core.io import atomic_path, write_json, write_parquet
-from grpo_core.models import load_model, uses_chat
-from grpo_core.prompts import render_prompts
-from grpo_core.sample import sample_problems
-from grpo_core.schema import read_problems
+from grpo_core.models.loading import load_model, uses_chat
 from stages.common import log, main
 
 MODELS = {"base": "models/base", "policy": "models/policy"}
 
 
 def sample_model(
-    path: str, problems: list[dict], params: Params, name: str
+    path: str, problems: list[dict], params: EvaluateStage, name: str
 ) -> tuple[list[dict], list[dict]]:
     """Sampled rows (`eval.samples` per question) and greedy rows (one per question, if
     `eval.greedy`) of one model, each with its problem's id, source, domain and level."""
@@ -49,7 +49,7 @@ def sample_model(
     return out["sampled"], out.get("greedy", [])
 
 
-def evaluate(params: Params) -> None:
+def evaluate(params: EvaluateStage) -> None:
     cfg = params.eval
     problems = read_problems("data/prepared/eval.parquet").to_pylist()
     samples: list[dict] = []
@@ -78,4 +78,4 @@ def evaluate(params: Params) -> None:
 
 
 if __name__ == "__main__":
-    main(evaluate)
+    main(evaluate, EvaluateStage)

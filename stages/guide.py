@@ -8,12 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from grpo_core.config import Params
-from grpo_core.guides import find_guides
+from grpo_core.analysis.guides import find_guides
+from grpo_core.config.guide import GuideStage
+from grpo_core.data.prompts import render_prompts
+from grpo_core.data.schema import read_problems
 from grpo_core.io import write_parquet
-from grpo_core.models import load_model, uses_chat
-from grpo_core.prompts import render_prompts
-from grpo_core.schema import read_problems
+from grpo_core.models.loading import load_model, uses_chat
 from stages.common import log, main
 
 GUIDE_SCHEMA = pa.schema(
@@ -27,7 +27,7 @@ GUIDE_SCHEMA = pa.schema(
 )
 
 
-def guide(params: Params) -> None:
+def guide(params: GuideStage) -> None:
     profile = pq.read_table("data/profile.parquet", columns=["id", "bin"]).to_pylist()
     unsolved = {r["id"] for r in profile if r["bin"] == "unsolved"}
     train = read_problems("data/prepared/train.parquet").to_pylist()
@@ -49,4 +49,4 @@ def guide(params: Params) -> None:
 
 
 if __name__ == "__main__":
-    main(guide)
+    main(guide, GuideStage)

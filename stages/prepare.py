@@ -4,13 +4,13 @@ problem schema, every gold answer checked by its verifier's parser."""
 
 from __future__ import annotations
 
-from grpo_core.adapters import ADAPTERS, load_benchmark
-from grpo_core.config import DatasetSpec, Params
+from grpo_core.config.data import DatasetSpec, PrepareStage
+from grpo_core.data.adapters import ADAPTERS, load_benchmark
+from grpo_core.data.schema import problems_table
+from grpo_core.data.tiny import arith, code, mcq
 from grpo_core.errors import InputError
 from grpo_core.io import write_parquet
-from grpo_core.rewards import check_gold
-from grpo_core.schema import problems_table
-from grpo_core.tiny import arith, code, mcq
+from grpo_core.rewards.verifiers import check_gold
 from stages.common import log, main
 
 GENERATORS = {"arith": arith.generate_level, "mcq": mcq.generate_level, "code": code.generate_level}
@@ -24,7 +24,7 @@ def _check_specs(key: str, specs: list[DatasetSpec]) -> None:
             )
 
 
-def prepare(params: Params) -> None:
+def prepare(params: PrepareStage) -> None:
     cfg = params.data
     _check_specs("train", cfg.train)
     _check_specs("eval", cfg.eval)
@@ -53,4 +53,4 @@ def prepare(params: Params) -> None:
 
 
 if __name__ == "__main__":
-    main(prepare)
+    main(prepare, PrepareStage)

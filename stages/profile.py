@@ -8,14 +8,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from grpo_core.config import Params
-from grpo_core.difficulty import summarize_profile
+from grpo_core.analysis.difficulty import summarize_profile
+from grpo_core.analysis.sampling import sample_problems
+from grpo_core.config.profile import ProfileStage
+from grpo_core.data.prompts import render_prompts
+from grpo_core.data.schema import read_problems, select_problems
 from grpo_core.errors import InputError
 from grpo_core.io import write_parquet
-from grpo_core.models import load_model, uses_chat
-from grpo_core.prompts import render_prompts
-from grpo_core.sample import sample_problems
-from grpo_core.schema import read_problems, select_problems
+from grpo_core.models.loading import load_model, uses_chat
 from stages.common import log, main
 
 PROFILE_SCHEMA = pa.schema(
@@ -48,7 +48,7 @@ def profiled_questions(
     return out
 
 
-def profile(params: Params) -> None:
+def profile(params: ProfileStage) -> None:
     cfg = params.profile
     table = read_problems("data/prepared/train.parquet")
     problems = profiled_questions(
@@ -84,4 +84,4 @@ def profile(params: Params) -> None:
 
 
 if __name__ == "__main__":
-    main(profile)
+    main(profile, ProfileStage)

@@ -30,16 +30,17 @@ import yaml
 from dvclive import Live
 from safetensors.torch import load_file
 
-from grpo_core.backends import VLLMBackend
-from grpo_core.config import Params, launch_config
-from grpo_core.difficulty import CURRICULA
-from grpo_core.distributed import make_accelerator, zero_state_globals
+from grpo_core.analysis.difficulty import CURRICULA
+from grpo_core.config.launch import launch_config
+from grpo_core.config.train import TrainStage
+from grpo_core.data.prompts import render_prompt
+from grpo_core.data.schema import read_problems, select_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
-from grpo_core.models import load_model, uses_chat
-from grpo_core.prompts import render_prompt
-from grpo_core.schema import read_problems, select_problems
-from grpo_core.trainer import GRPOTrainer, Question, QuestionSampler, add_lora, run
+from grpo_core.models.loading import load_model, uses_chat
+from grpo_core.rollout.backends import VLLMBackend
+from grpo_core.training.distributed import make_accelerator, zero_state_globals
+from grpo_core.training.trainer import GRPOTrainer, Question, QuestionSampler, add_lora, run
 from stages.common import log, main
 
 # data/rollouts.parquet: one row per question per step (GRPOTrainer._log_rows).
@@ -138,7 +139,7 @@ def _file_digest(path: Path, whole: bool) -> str:
     return h.hexdigest()
 
 
-def run_fingerprint(params: Params, inputs: list[str]) -> str:
+def run_fingerprint(params: TrainStage, inputs: list[str]) -> str:
     """What a run depends on: the resolved params it reads (`launch` with its accelerate
     config: a ZeRO optimizer state is sharded by the number of processes) and its input files.
     A resume state with another fingerprint belongs to another run and is discarded."""
@@ -242,7 +243,7 @@ def publish_checkpoints() -> None:
     shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
-def training_questions(params: Params) -> list[Question]:
+def training_questions(params: TrainStage) -> list[Question]:
     """The questions of `train.levels` and `train.domains`, narrowed by `train.curriculum`
     (from the profile),
     with their reference solutions and, for OC-GRPO's fixed mode, their guide fractions."""
@@ -286,7 +287,7 @@ def render_questions(questions: list[Question], tokenizer, chat: bool) -> list[Q
     ]
 
 
-def launch_processes(params: Params) -> int:
+def launch_processes(params: TrainStage) -> int:
     """How many processes `launch` names (its accelerate config's num_processes)."""
     path = launch_config(params.launch)
     config = yaml.safe_load(path.read_text()) or {}
@@ -301,7 +302,7 @@ def in_launched_process() -> bool:
     return "RANK" in os.environ or "LOCAL_RANK" in os.environ
 
 
-def relaunch(params: Params) -> int:
+def relaunch(params: TrainStage) -> int:
     """Run this stage again under `accelerate launch` with the `launch` config; its exit
     status."""
     cmd = [
@@ -318,7 +319,7 @@ def relaunch(params: Params) -> int:
     return subprocess.run(cmd, check=False).returncode
 
 
-def train(params: Params) -> None:
+def train(params: TrainStage) -> None:
     if launch_processes(params) > 1 and not in_launched_process():
         training_questions(params)  # a missing input fails here, once, before any launch
         code = relaunch(params)
@@ -439,4 +440,4 @@ def train(params: Params) -> None:
 
 
 if __name__ == "__main__":
-    main(train)
+    main(train, TrainStage)

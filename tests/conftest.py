@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from grpo_core.config import TinyModelParams
-from grpo_core.tiny import arith
-from grpo_core.tiny.model import build_tiny_model
-from grpo_core.tiny.tokenizer import build_char_tokenizer
+from grpo_core.config.model import TinyModelParams
+from grpo_core.data.tiny import arith
+from grpo_core.models.tiny_model import build_tiny_model
+from grpo_core.models.tiny_tokenizer import build_char_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grpo_core.advantages import get_advantage, group_reward_std, grpo_advantage
+from grpo_core.algorithms.advantages import get_advantage, group_reward_std, grpo_advantage
 
 
 def test_grpo_advantage_hand_computed():
@@ -29,14 +29,18 @@ def test_registry_and_shape_errors():
 
 
 def test_registry_refuses_a_second_registration_under_one_name():
-    from grpo_core.advantages import register_advantage
+    from grpo_core.algorithms.advantages import register_advantage
 
     with pytest.raises(ValueError, match="'grpo' is registered twice"):
         register_advantage("grpo")(lambda rewards, group_size: rewards)
 
 
 def test_dr_grpo_batch_norm_and_rloo_hand_computed():
-    from grpo_core.advantages import batch_norm_advantage, dr_grpo_advantage, rloo_advantage
+    from grpo_core.algorithms.advantages import (
+        batch_norm_advantage,
+        dr_grpo_advantage,
+        rloo_advantage,
+    )
 
     rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0])
     # Dr. GRPO: r - group mean (0.25 and 0.5).

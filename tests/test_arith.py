@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from grpo_core.tiny import arith
+from grpo_core.data.tiny import arith
 
 
 def test_solution_is_digit_by_digit_with_carries():

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_core.backends import (
+from grpo_core.rollout.backends import (
     HFBackend,
     RolloutBackend,
     VLLMBackend,
@@ -19,7 +19,7 @@ from grpo_core.backends import (
     rollouts_from_vllm,
     truncated_is_weights,
 )
-from grpo_core.rollout import score_rollouts
+from grpo_core.rollout.sampler import score_rollouts
 
 PROMPTS = ["Q: 1+2=?\nA: ", "Q: 33+44=?\nA: ", "Q: 405+17=?\nA: "]
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from grpo_core.codapo import (
+from grpo_core.algorithms.codapo import (
     VALUE_FUNCTIONS,
     question_confidence,
     question_difficulty,

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from grpo_core.code_reward import (
+from grpo_core.errors import InputError
+from grpo_core.rewards.code import (
     CodeRewardConfig,
     check_code,
     code_reward,
@@ -16,7 +17,6 @@ from grpo_core.code_reward import (
     parse_code_answer,
     program_source,
 )
-from grpo_core.errors import InputError
 
 CFG = CodeRewardConfig(workers=1, timeout_s=3.0)
 

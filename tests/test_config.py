@@ -1,7 +1,8 @@
 import pytest
 import yaml
 
-from grpo_core.config import Params, ParamsError, load_params, parse_params
+from grpo_core.config.core import ParamsError
+from grpo_core.config.params import Params, load_params, parse_params
 
 
 def test_repository_params_yaml_is_valid_and_complete():
@@ -19,7 +20,7 @@ def test_repository_params_yaml_is_valid_and_complete():
 
 
 def test_preset_knobs_are_null_in_params_yaml_so_algo_decides_them():
-    from grpo_core.algos import PRESETS
+    from grpo_core.algorithms.presets import PRESETS
 
     with open("params.yaml") as f:
         train = yaml.safe_load(f)["train"]

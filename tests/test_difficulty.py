@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from grpo_core.config import GuideParams
-from grpo_core.difficulty import difficulty_bin, summarize_profile
-from grpo_core.guides import find_guides
+from grpo_core.analysis.difficulty import difficulty_bin, summarize_profile
+from grpo_core.analysis.guides import find_guides
+from grpo_core.config.guide import GuideParams
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_profile_summary_by_hand():
 def test_guide_search_keeps_the_first_fraction_that_unlocks(tokenizer, tiny_model, monkeypatch):
     """Reward: the completion starts with the whole reference solution "3 5 7". A random
     model almost never writes it from a one-word prefix, and always does when given it all."""
-    from grpo_core import rewards
+    from grpo_core.rewards import verifiers as rewards
 
     monkeypatch.setitem(rewards.VERIFIERS, "toy", lambda c, answer: float(c.startswith("3 5 7")))
     problems = [

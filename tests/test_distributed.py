@@ -69,12 +69,13 @@ RESUME_SCENARIO, KILLED_IN = "codapo", 1
 
 
 def _setup(name: str):
-    from grpo_core import rewards
-    from grpo_core.config import TinyModelParams, parse_params
-    from grpo_core.tiny import arith
-    from grpo_core.tiny.model import build_tiny_model
-    from grpo_core.tiny.tokenizer import build_char_tokenizer
-    from grpo_core.trainer import Question
+    from grpo_core.config.model import TinyModelParams
+    from grpo_core.config.params import parse_params
+    from grpo_core.data.tiny import arith
+    from grpo_core.models.tiny_model import build_tiny_model
+    from grpo_core.models.tiny_tokenizer import build_char_tokenizer
+    from grpo_core.rewards import verifiers as rewards
+    from grpo_core.training.trainer import Question
 
     rewards.VERIFIERS["toy"] = lambda completion, answer: float(
         bool(completion) and completion[0] in answer
@@ -106,7 +107,7 @@ def _setup(name: str):
 def _train(name: str, accelerator=None) -> dict:
     """Train one scenario; returns the step metrics, the final weights and, per step, which
     groups this process sampled and which batch rows it trained."""
-    from grpo_core.trainer import GRPOTrainer, run
+    from grpo_core.training.trainer import GRPOTrainer, run
 
     torch.manual_seed(0)
     model, tokenizer, params, questions = _setup(name)
@@ -138,7 +139,7 @@ def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
     trains to the end as the stage does; the step metrics (the resumed ones included), the
     final weights and the step it resumed from."""
     import stages.train as stage
-    from grpo_core.trainer import GRPOTrainer, QuestionSampler, run
+    from grpo_core.training.trainer import GRPOTrainer, QuestionSampler, run
 
     stage.RUN_DIR, stage.SHARDS = run_dir, run_dir / "resume.shards"
     main_process = accelerator.is_main_process
@@ -196,7 +197,7 @@ def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
 def _worker(out: Path, names: list[str], run_dir: Path | None = None) -> None:
     """Run inside `accelerate launch`: the scenarios `names`, every process writes its results
     and how it ran (the Accelerator stages.train builds)."""
-    from grpo_core.distributed import make_accelerator
+    from grpo_core.training.distributed import make_accelerator
 
     torch.set_num_threads(1)
     accelerator = make_accelerator()
@@ -332,7 +333,7 @@ def test_a_killed_two_process_run_resumes_and_ends_as_the_unbroken_run(launched,
     files = sorted(f.name for f in resume.iterdir())
     assert files == sorted(["state.json", "trainer.pt"] + (["trainer-rank1.pt"] if sharded else []))
     if sharded:  # each process's own half of the fp32 master weights and the Adam moments
-        from grpo_core.distributed import zero_state_globals
+        from grpo_core.training.distributed import zero_state_globals
 
         with torch.serialization.safe_globals(zero_state_globals()):
             shards = [
@@ -359,7 +360,7 @@ def test_the_fingerprint_holds_the_launch_and_a_state_missing_a_shard_is_discard
     tmp_path, monkeypatch
 ):
     import stages.train as stage
-    from grpo_core.config import parse_params
+    from grpo_core.config.params import parse_params
 
     prints = {
         launch: stage.run_fingerprint(parse_params({"launch": launch}), [])
@@ -384,7 +385,7 @@ def test_partial_losses_with_global_denominators_sum_to_the_one_process_loss(los
     masks [[1, 1, 0], [1, 0, 0], [1, 1, 1]]: 6 tokens, 3 sequences, budget 4.
     token-mean: 21 / 6; seq-mean-token-mean: (1.5 + 3 + 5) / 3; sum-norm: 21 / (3 * 4).
     Process 0 holds rows 0-1, process 1 row 2; each divides by the whole batch's counts."""
-    from grpo_core.losses import agg_loss
+    from grpo_core.algorithms.losses import agg_loss
 
     loss = torch.tensor([[1.0, 2, 0], [3, 0, 0], [4, 5, 6]])
     mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
@@ -405,7 +406,7 @@ def test_partial_losses_with_global_denominators_sum_to_the_one_process_loss(los
 
 
 def test_group_shares_are_contiguous_whole_and_cover_every_group():
-    from grpo_core.trainer import _share
+    from grpo_core.training.trainer import _share
 
     for n in range(0, 9):
         for world in (1, 2, 3, 8):

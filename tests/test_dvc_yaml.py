@@ -1,8 +1,11 @@
 """dvc.yaml lists, for every stage, exactly the code the stage runs: every module its command
-imports, directly or not. A missing one would let DVC report "up to date" after a change that
-alters the stage's output; an extra one would rerun it for nothing."""
+imports, directly or not, a package's folder standing for all of its modules where the stage
+uses every one. A missing one would let DVC report "up to date" after a change that alters the
+stage's output; an extra one would rerun it for nothing. And each stage's params in dvc.yaml
+are the sections its view of params.yaml holds."""
 
 import ast
+import importlib
 from pathlib import Path
 
 import yaml
@@ -12,9 +15,12 @@ PACKAGES = ("grpo_core", "stages")
 # Files a stage runs without importing them: scripts started in the sandbox's child process
 # (its boot, and the code reward's test harness).
 RUN_NOT_IMPORTED = {
-    "grpo_core/code_reward.py": {"grpo_core/sandbox_harness.py"},
-    "grpo_core/sandbox.py": {"grpo_core/sandbox_boot.py"},
+    "grpo_core/rewards/code.py": {"grpo_core/rewards/sandbox_harness.py"},
+    "grpo_core/rewards/sandbox.py": {"grpo_core/rewards/sandbox_boot.py"},
 }
+# Imported by every stage to check the whole params file, never to read it (stages/common.py
+# says why): a section a stage does not read decides whether it starts, not what it writes.
+CHECKED_NOT_READ = "grpo_core/config/params.py"
 
 
 def _module_file(name: str) -> str | None:
@@ -26,6 +32,12 @@ def _module_file(name: str) -> str | None:
     return None
 
 
+def _packages(name: str) -> list[str]:
+    """The __init__ files Python runs to import `name`: one per enclosing package."""
+    parts = name.split(".")
+    return [f for i in range(1, len(parts)) if (f := _module_file(".".join(parts[:i])))]
+
+
 def _imports(file: str) -> set[str]:
     tree = ast.parse((ROOT / file).read_text())
     found: set[str] = set()
@@ -34,31 +46,95 @@ def _imports(file: str) -> set[str]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # `from grpo_core.tiny import arith` imports the submodule grpo_core.tiny.arith
+            # `from grpo_core.data.tiny import arith` imports the submodule
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         for name in names:
             if name.split(".")[0] in PACKAGES and (path := _module_file(name)):
                 found.add(path)
+                found.update(_packages(name))
     return found | RUN_NOT_IMPORTED.get(file, set())
 
 
-def _closure(file: str) -> set[str]:
-    seen, todo = set(), [file]
+def closure(module: str) -> set[str]:
+    """Every file of ours that `python -m module` runs."""
+    seen, todo = set(), [_module_file(module), *_packages(module)]
     while todo:
         f = todo.pop()
         if f not in seen:
             seen.add(f)
             todo.extend(_imports(f))
-    # Package __init__ files are empty markers; dvc.yaml need not list them.
-    return {f for f in seen if not f.endswith("__init__.py")}
+    return seen
+
+
+def _py_files(folder: str) -> set[str]:
+    return {str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*.py")}
+
+
+def expand(deps: list[str]) -> set[str]:
+    """The code files a stage's deps name: files, and every module under a folder."""
+    files: set[str] = set()
+    for dep in deps:
+        if dep.endswith(".py"):
+            files.add(dep)
+        elif (ROOT / dep).is_dir() and (ROOT / dep / "__init__.py").is_file():
+            files |= _py_files(dep)
+    return files
+
+
+def _stage_module(stage: dict) -> str:
+    return stage["cmd"].split("python -m ", 1)[1].split()[0]
+
+
+def _stages() -> dict:
+    return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 
 
 def test_every_stage_depends_on_exactly_the_code_it_runs():
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for name, stage in stages.items():
-        module = stage["cmd"].split("python -m ", 1)[1].split()[0]
-        expected = _closure(_module_file(module))
-        listed = {d for d in stage["deps"] if d.endswith(".py")}
+    for name, stage in _stages().items():
+        expected = closure(_stage_module(stage))
+        assert CHECKED_NOT_READ not in expected, f"stage {name} imports the whole params model"
+        listed = expand(stage["deps"])
         assert listed == expected, (
             f"stage {name}: missing {sorted(expected - listed)}, extra {sorted(listed - expected)}"
         )
+
+
+def test_a_package_folder_is_listed_only_where_every_module_in_it_runs():
+    for name, stage in _stages().items():
+        expected = closure(_stage_module(stage))
+        for dep in stage["deps"]:
+            if (ROOT / dep / "__init__.py").is_file():
+                assert _py_files(dep) <= expected, f"stage {name}: {dep} holds unused modules"
+                for file in _py_files(dep):  # and no file is listed twice
+                    assert file not in stage["deps"], f"stage {name}: {file} is under {dep}"
+
+
+def test_every_stage_checks_the_whole_params_file_by_name():
+    common = importlib.import_module("stages.common")
+    assert _module_file(common.WHOLE_FILE) == CHECKED_NOT_READ
+
+
+def _declared(view) -> set[str]:
+    """The params keys a stage view reads: its sections, and for a partial section (a `...View`
+    that ignores the keys other stages read) the keys it holds."""
+    keys = set()
+    for field, info in view.model_fields.items():
+        model = info.annotation
+        if isinstance(model, type) and model.__name__.endswith("View"):
+            keys |= {f"{field}.{sub}" for sub in model.model_fields}
+        else:
+            keys.add(field)
+    return keys
+
+
+def test_each_stage_reads_the_params_dvc_yaml_declares():
+    from grpo_core.config.core import StageParams
+
+    for name, stage in _stages().items():
+        module = importlib.import_module(_stage_module(stage))
+        (view,) = {
+            v
+            for v in vars(module).values()
+            if isinstance(v, type) and issubclass(v, StageParams) and v is not StageParams
+        }
+        assert _declared(view) == set(stage.get("params", [])), name

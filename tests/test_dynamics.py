@@ -1,4 +1,5 @@
-"""Tensor-level update statistics (grpo_core.dynamics) on real safetensors / peft directories,
+"""Tensor-level update statistics (grpo_core.analysis.tensor_dynamics) on real safetensors / peft
+directories,
 against hand-computed answers."""
 
 import json
@@ -10,7 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from grpo_core.dynamics import (
+from grpo_core.analysis.tensor_dynamics import (
     TENSORS_SCHEMA,
     aggregate,
     classify,

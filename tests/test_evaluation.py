@@ -2,7 +2,7 @@ from math import comb
 
 import pytest
 
-from grpo_core.evaluation import majority_correct, pass_at_k, summarize
+from grpo_core.analysis.evaluation import majority_correct, pass_at_k, summarize
 
 
 @pytest.mark.parametrize(

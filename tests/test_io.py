@@ -3,8 +3,8 @@ import json
 import pyarrow as pa
 import pytest
 
+from grpo_core.data.schema import problems_table, read_problems
 from grpo_core.io import atomic_path, write_json, write_parquet
-from grpo_core.schema import problems_table, read_problems
 
 
 def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path):

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from grpo_core.losses import agg_loss, clipped_surrogate, kl_k3, masked_mean
+from grpo_core.algorithms.losses import agg_loss, clipped_surrogate, kl_k3, masked_mean
 
 
 def test_masked_mean_and_token_mean():
@@ -93,7 +93,7 @@ def test_dual_clip_bounds_negative_advantage_losses():
 
 
 def test_k1_k2_hand_computed_and_registry():
-    from grpo_core.losses import KL_ESTIMATORS, kl_k1, kl_k2
+    from grpo_core.algorithms.losses import KL_ESTIMATORS, kl_k1, kl_k2
 
     logp, ref = torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)])
     torch.testing.assert_close(kl_k1(logp, ref), torch.tensor([math.log(2)]))

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from grpo_core.models import ModelResolutionError, load_model, resolve_model
+from grpo_core.models.loading import ModelResolutionError, load_model, resolve_model
 
 
 def test_local_directory_resolves(tokenizer, tiny_model, tmp_path):
@@ -27,7 +27,7 @@ def test_bad_names_fail_clearly(tmp_path):
 
 def _resolve_offline(name: str, cache) -> subprocess.CompletedProcess:
     code = (
-        "import json; from grpo_core.models import resolve_model; "
+        "import json; from grpo_core.models.loading import resolve_model; "
         f"p, r = resolve_model({name!r}); print(json.dumps([str(p), r]))"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from grpo_core.losses import agg_loss, clipped_surrogate
-from grpo_core.offcontext import behaviour_logprobs, guide_prefix, importance_weights
+from grpo_core.algorithms.losses import agg_loss, clipped_surrogate
+from grpo_core.algorithms.offcontext import behaviour_logprobs, guide_prefix, importance_weights
 
 SOLUTION = "7+8=15\n4+3+1=8\n\\boxed{85}"
 

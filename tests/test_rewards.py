@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from grpo_core.config import RewardWeights
-from grpo_core.rewards import (
+from grpo_core.config.reward import RewardWeights
+from grpo_core.rewards.verifiers import (
     final_answer,
     format_reward,
     last_boxed,

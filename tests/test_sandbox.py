@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_core.code_reward import CodeRewardConfig, check_code, sandbox_limits
-from grpo_core.sandbox import network_isolation_available, run_python
+from grpo_core.rewards.code import CodeRewardConfig, check_code, sandbox_limits
+from grpo_core.rewards.sandbox import network_isolation_available, run_python
 
 ADD = json.dumps(
     {

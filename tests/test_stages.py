@@ -67,7 +67,7 @@ def test_prepare_writes_the_unified_schema(tmp_path):
     (tmp_path / "params.yaml").write_text(text.replace("eval_per_level: 300", "eval_per_level: 10"))
     done = _run_stage(tmp_path, "prepare")
     assert done.returncode == 0, done.stderr
-    from grpo_core.schema import PROBLEM_SCHEMA, read_problems
+    from grpo_core.data.schema import PROBLEM_SCHEMA, read_problems
 
     train = read_problems(tmp_path / "data/prepared/train.parquet")
     evals = read_problems(tmp_path / "data/prepared/eval.parquet")
@@ -100,7 +100,7 @@ def test_prepare_mixes_tiny_domains_and_real_benchmarks(tmp_path):
     )
     done = _run_stage(tmp_path, "prepare")
     assert done.returncode == 0, done.stderr
-    from grpo_core.schema import read_problems
+    from grpo_core.data.schema import read_problems
 
     train = read_problems(tmp_path / "data/prepared/train.parquet").to_pylist()
     evals = read_problems(tmp_path / "data/prepared/eval.parquet").to_pylist()
@@ -162,7 +162,7 @@ def test_prepare_names_a_problem_whose_gold_answer_cannot_be_read(tmp_path):
 
 
 def test_profile_takes_the_first_questions_of_each_level_of_each_source():
-    from grpo_core.schema import problems_table
+    from grpo_core.data.schema import problems_table
     from stages.profile import profiled_questions
 
     def row(source, level, k):

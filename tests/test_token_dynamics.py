@@ -3,8 +3,13 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
+from grpo_core.analysis.token_dynamics import (
+    TOKENS_SCHEMA,
+    plot_tables,
+    token_dynamics,
+    token_figure,
+)
 from grpo_core.errors import InputError
-from grpo_core.token_dynamics import TOKENS_SCHEMA, plot_tables, token_dynamics, token_figure
 
 # The rollout log schema of stages/train.py, with the three update-weight columns.
 LOG_SCHEMA = pa.schema(

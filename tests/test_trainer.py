@@ -1,9 +1,10 @@
 import pytest
 import torch
 
-from grpo_core import rewards
-from grpo_core.config import LoraParams, TinyModelParams, TrainParams
-from grpo_core.trainer import GRPOTrainer, Question, QuestionSampler, add_lora, run
+from grpo_core.config.model import TinyModelParams
+from grpo_core.config.train import LoraParams, TrainParams
+from grpo_core.rewards import verifiers as rewards
+from grpo_core.training.trainer import GRPOTrainer, Question, QuestionSampler, add_lora, run
 
 
 def _cfg(**kw) -> TrainParams:
@@ -203,7 +204,7 @@ def needs_the_solution(monkeypatch):
 
 
 def _oc(**kw):
-    from grpo_core.config import OffContextParams
+    from grpo_core.config.train import OffContextParams
 
     return _cfg(prompts_per_step=4, max_new_tokens=8, oc_grpo=OffContextParams(**kw))
 
@@ -288,7 +289,7 @@ def test_oc_grpo_correction_none_and_importance_differ_only_on_guided_tokens(
 def test_codapo_reweights_advantages_and_resamples_the_next_batch(
     tokenizer, tiny_model, monkeypatch
 ):
-    from grpo_core.config import CodapoParams
+    from grpo_core.config.train import CodapoParams
 
     # Question i's rollouts are rewarded with probability ~ i/8 ('digit' reward on a random
     # model is ~1/3, so use an explicit per-question schedule through the prompt's digit).
@@ -351,8 +352,8 @@ def test_oc_grpo_mixed_groups_keep_unguided_failures_beside_guided_rollouts(
 def test_the_training_reward_is_the_weighted_sum_and_each_component_is_logged(
     tokenizer, tiny_model, starts_with_7
 ):
-    from grpo_core.config import RewardParams
-    from grpo_core.rewards import overlong_penalty
+    from grpo_core.config.reward import RewardParams
+    from grpo_core.rewards.verifiers import overlong_penalty
 
     # max_new_tokens 3, cache 2: a 2-token completion gets -1/2, a 3-token one -1.
     reward = RewardParams(
@@ -381,8 +382,8 @@ def test_update_weights_are_advantage_times_ratio_where_not_clipped():
     """Hand case: clip 0.2. Token 1: A=+1, rho=1.5 > 1.2 -> clipped, 0. Token 2: A=+1,
     rho=0.5 -> unclipped (the min is rho*A), 0.5. Token 3: A=-2, rho=0.5 < 0.8 -> clipped, 0.
     Token 4: A=-2, rho=1.1 -> -2.2; with dual clip c=3, rho=4 -> bounded, 0."""
-    from grpo_core.losses import clipped_surrogate
-    from grpo_core.trainer import update_weights
+    from grpo_core.algorithms.losses import clipped_surrogate
+    from grpo_core.training.trainer import update_weights
 
     ratio = torch.tensor([[1.5, 0.5], [0.5, 1.1]])
     adv = torch.tensor([1.0, -2.0])
@@ -403,7 +404,7 @@ def test_log_rows_report_the_update_weight_of_each_trained_group(
 ):
     """One update at the rollout weights: rho = 1, nothing clipped, so a group's weight per
     token is its advantages averaged over its completion tokens."""
-    from grpo_core.advantages import get_advantage
+    from grpo_core.algorithms.advantages import get_advantage
 
     # A reward that varies within groups: the parity of the completion's characters.
     monkeypatch.setitem(rewards.VERIFIERS, "toy", lambda c, a: float(sum(map(ord, c)) % 2))
@@ -464,7 +465,7 @@ def _linear_layers(policy) -> set[str]:
     ],
 )
 def test_lora_targets_and_layers(tokenizer, kw, expected):
-    from grpo_core.tiny.model import build_tiny_model
+    from grpo_core.models.tiny_model import build_tiny_model
 
     two = TinyModelParams(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     policy = add_lora(build_tiny_model(tokenizer, two, seed=0), LoraParams(enabled=True, **kw))

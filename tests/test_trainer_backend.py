@@ -9,10 +9,10 @@ import copy
 import pytest
 import torch
 
-from grpo_core import rewards
-from grpo_core.backends import HFBackend
-from grpo_core.rollout import score_rollouts
-from grpo_core.trainer import GRPOTrainer, Question, run
+from grpo_core.rewards import verifiers as rewards
+from grpo_core.rollout.backends import HFBackend
+from grpo_core.rollout.sampler import score_rollouts
+from grpo_core.training.trainer import GRPOTrainer, Question, run
 from tests.test_trainer import _cfg
 
 

@@ -4,7 +4,8 @@ A real `trl.GRPOTrainer` is built around grpo-lab's tiny Llama (random weights, 
 temporary folder; no Hub access), and `GRPOTrainer._compute_loss` is called on a hand-built
 batch: left-padded prompts, ragged completions, advantages of both signs, and old/reference
 log-probs perturbed so that ratios leave the (asymmetric, clip-higher) clip range on both
-sides. Our loss is composed from the same inputs exactly as `grpo_core.trainer` composes it:
+sides. Our loss is composed from the same inputs exactly as `grpo_core.training.trainer` composes
+it:
 
     per_token = clipped_surrogate(...).per_token + kl_coef * kl_k3(logp, ref_logp)
     loss = agg_loss(per_token, mask, mode, num_tokens=..., num_seqs=..., max_tokens=max_new_tokens)
@@ -16,7 +17,7 @@ Two comparisons per case:
 - on TRL's own per-token log-probs (`_get_per_token_logps_and_entropies`): isolates the loss
   formula and the aggregation; the losses are identical (diff 0.0) and the parameter gradients
   agree to <= 7.5e-9;
-- end to end, on our log-probs (`grpo_core.rollout.token_logprobs`, what our trainer uses):
+- end to end, on our log-probs (`grpo_core.rollout.sampler.token_logprobs`, what our trainer uses):
   TRL's fused LM head computes the log-softmax in float32 whatever the model dtype (and so
   does ours), so this agrees to float32 rounding: loss diff <= 2.1e-8, gradients <= 2.0e-7.
 
@@ -38,10 +39,10 @@ from datasets import Dataset
 from transformers import LlamaForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_core.config import TinyModelParams
-from grpo_core.losses import agg_loss, clipped_surrogate, kl_k3
-from grpo_core.rollout import token_logprobs
-from grpo_core.tiny.model import build_tiny_model
+from grpo_core.algorithms.losses import agg_loss, clipped_surrogate, kl_k3
+from grpo_core.config.model import TinyModelParams
+from grpo_core.models.tiny_model import build_tiny_model
+from grpo_core.rollout.sampler import token_logprobs
 
 TRL_TO_OURS = {
     "grpo": "seq-mean-token-mean",

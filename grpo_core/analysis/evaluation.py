@@ -1,0 +1,107 @@
+"""Evaluation metrics as papers report them: avg@k accuracy, unbiased pass@k, maj@k and
+greedy accuracy; per benchmark, per domain and per difficulty level."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from grpo_core.analysis.difficulty import is_correct
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al., 2021, eq. 1):
+
+    1 - C(n - c, k) / C(n, k), computed as a stable product.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def majority_correct(votes: list[str | None], correct: list[bool]) -> float:
+    """maj@k of one question from its k samples' final answers (`votes`, None = no answer).
+
+    Correct samples all equal the gold answer, so they form one cluster whatever their
+    surface form ("1/2", "0.5"); wrong answers cluster by their text. The question scores 1
+    when the gold cluster is strictly the largest, 1/m when it ties with m - 1 others (the
+    expected score of a uniform tie-break), and 0 otherwise or when no sample answered.
+    """
+    if len(votes) != len(correct):
+        raise ValueError(f"{len(votes)} votes for {len(correct)} samples")
+    gold = sum(correct)
+    wrong = Counter(v for v, ok in zip(votes, correct, strict=True) if not ok and v is not None)
+    top = max([gold, *wrong.values()])
+    if gold == 0 or gold < top:
+        return 0.0
+    return 1.0 / (1 + sum(n == top for n in wrong.values()))
+
+
+def _metrics(questions: list[dict], pass_at: list[int], maj: bool) -> dict[str, float]:
+    samples = [ok for q in questions for ok in q["correct"]]
+    out = {"accuracy": float(np.mean(samples))}
+    for k in pass_at:
+        out[f"pass@{k}"] = float(
+            np.mean([pass_at_k(len(q["correct"]), sum(q["correct"]), k) for q in questions])
+        )
+    if maj:
+        k = len(questions[0]["correct"])
+        out[f"maj@{k}"] = float(
+            np.mean([majority_correct(q["votes"], q["correct"]) for q in questions])
+        )
+    greedy = [q["greedy"] for q in questions if q["greedy"] is not None]
+    if greedy:
+        out["greedy"] = float(np.mean(greedy))
+    return out
+
+
+def summarize(
+    samples: list[dict], pass_at: list[int], greedy: list[dict] | None = None
+) -> dict[str, dict]:
+    """Metrics of one model from its sampled rows (`source`, `domain`, `level`, `id`,
+    `reward`, `answer`: the final answer, None if none) and optional greedy rows (`source`,
+    `id`, `reward`).
+
+    Per benchmark (source): `accuracy` (avg@k: the fraction of samples that solve their
+    question), `pass@k` for each k in `pass_at`, `maj@k` (k = samples per question; not for
+    code, whose answers are programs), `greedy`, and `levelN` accuracy for graded levels
+    (level 0 means ungraded). Under `by_domain`, the same over all benchmarks of a domain.
+    """
+    questions: dict[tuple[str, str], dict] = {}
+    for r in samples:
+        q = questions.setdefault(
+            (r["source"], r["id"]),
+            {
+                "source": r["source"],
+                "domain": r["domain"],
+                "level": int(r["level"]),
+                "correct": [],
+                "votes": [],
+                "greedy": None,
+            },
+        )
+        q["correct"].append(bool(is_correct(r["reward"])))
+        q["votes"].append(r.get("answer"))
+    for r in greedy or []:
+        questions[(r["source"], r["id"])]["greedy"] = float(is_correct(r["reward"]))
+
+    by_source: dict[str, list[dict]] = defaultdict(list)
+    by_domain: dict[str, list[dict]] = defaultdict(list)
+    for q in questions.values():
+        by_source[q["source"]].append(q)
+        by_domain[q["domain"]].append(q)
+    out: dict[str, dict] = {}
+    for source in sorted(by_source):
+        qs = by_source[source]
+        metrics = _metrics(qs, pass_at, maj=qs[0]["domain"] != "code")
+        for level in sorted({q["level"] for q in qs} - {0}):
+            lv = [ok for q in qs if q["level"] == level for ok in q["correct"]]
+            metrics[f"level{level}"] = float(np.mean(lv))
+        out[source] = metrics
+    out["by_domain"] = {
+        d: _metrics(qs, pass_at, maj=d != "code") for d, qs in sorted(by_domain.items())
+    }
+    return out

@@ -1,0 +1,74 @@
+"""Sample a fixed model on a list of problems and score every completion: what the
+`profile`, `guide` and `evaluate` stages share."""
+
+from __future__ import annotations
+
+from tqdm.auto import tqdm
+
+from grpo_core.algorithms.losses import masked_mean
+from grpo_core.config.sampling import SamplingParams
+from grpo_core.rewards.code import CodeRewardConfig
+from grpo_core.rewards.verifiers import final_answer, verify_batch
+from grpo_core.rollout.sampler import generate, score_rollouts
+
+
+def sample_problems(
+    model,
+    tokenizer,
+    problems: list[dict],
+    cfg: SamplingParams,
+    desc: str,
+    prefixes: list[str] | None = None,
+    with_logprobs: bool = False,
+    code: CodeRewardConfig | None = None,
+    greedy: bool = False,
+) -> list[dict]:
+    """`cfg.samples` completions per problem (each problem a dict with at least `domain`,
+    `prompt`, `answer`), in generate calls of about `cfg.batch_size` sequences; with `greedy`,
+    one greedy completion per problem instead.
+
+    Returns one row per completion, problem by problem: `index` (into `problems`), `sample`,
+    `completion` (guide prefix included), `reward` (the verifier's, code checked in parallel
+    with `code`'s limits), `answer` (the final answer it commits to, None if none), `length`
+    (tokens), `truncated`, and with `with_logprobs` the completion's `mean_logprob` (mean token
+    log-prob under `model`).
+    """
+    model.eval()
+    n = 1 if greedy else cfg.samples
+    per_call = max(1, cfg.batch_size // n)
+    rows: list[dict] = []
+    for start in tqdm(range(0, len(problems), per_call), desc=desc, unit="batch"):
+        chunk = problems[start : start + per_call]
+        ro = generate(
+            model,
+            tokenizer,
+            [p["prompt"] for p in chunk],
+            n,
+            cfg.temperature,
+            cfg.max_new_tokens,
+            prefixes=None if prefixes is None else prefixes[start : start + per_call],
+            greedy=greedy,
+        )
+        lengths = ro.lengths.tolist()
+        mean_logp: list[float] = []
+        if with_logprobs:
+            logp, _ = score_rollouts(model, ro, cfg.temperature, cfg.batch_size)
+            mean_logp = masked_mean(logp, ro.completion_mask, dim=1).tolist()
+        owners = [chunk[i // n] for i in range(len(ro.texts))]
+        rewards = verify_batch(
+            [p["domain"] for p in owners], ro.texts, [p["answer"] for p in owners], code
+        )
+        for i, text in enumerate(ro.texts):
+            row = {
+                "index": start + i // n,
+                "sample": i % n,
+                "completion": text,
+                "reward": rewards[i],
+                "answer": final_answer(owners[i]["domain"], text),
+                "length": lengths[i],
+                "truncated": bool(ro.truncated[i]),
+            }
+            if with_logprobs:
+                row["mean_logprob"] = mean_logp[i]
+            rows.append(row)
+    return rows

@@ -1,0 +1,28 @@
+"""`guide` stage params: the `guide` section (OC-GRPO's fixed guidance)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from grpo_core.config.code_reward import CodeRewardView
+from grpo_core.config.core import Fractions, Seed, StageParams
+from grpo_core.config.sampling import SamplingParams
+
+
+class GuideParams(SamplingParams):
+    """`guide` stage: for profiled questions the base never solved, the smallest prefix of
+    the reference solution that unlocks them (OC-GRPO's fixed guidance)."""
+
+    fractions: Fractions = Field(
+        default=[0.2, 0.4, 0.6, 0.8, 1.0],
+        description="Prefix fractions tried in order; a question keeps the first one with at "
+        "least one correct completion among `samples`.",
+    )
+
+
+class GuideStage(StageParams):
+    """What `guide` reads."""
+
+    seed: Seed = 0
+    guide: GuideParams = GuideParams()
+    reward: CodeRewardView = CodeRewardView()

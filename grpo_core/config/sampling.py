@@ -1,0 +1,17 @@
+"""How a stage samples completions from a fixed model: the fields `profile`, `guide` and
+`eval` share."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from grpo_core.config.core import PositiveFloat, PositiveInt, Section
+
+
+class SamplingParams(Section):
+    """How a stage samples completions from a fixed model."""
+
+    samples: PositiveInt = Field(8, description="Completions per question.")
+    temperature: PositiveFloat = Field(1.0, description="Sampling temperature.")
+    max_new_tokens: PositiveInt = 72
+    batch_size: PositiveInt = Field(512, description="Sequences per generate call.")

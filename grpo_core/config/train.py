@@ -1,0 +1,271 @@
+"""`train` stage params: the `train` section (the RL loop; its `codapo`, `oc_grpo` and `lora`
+subsections), with the `algo` preset applied, plus `reward` and `launch`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from grpo_core.algorithms.presets import ALGOS, apply_preset
+from grpo_core.config.core import Fractions, PositiveFloat, PositiveInt, Section, Seed, StageParams
+from grpo_core.config.launch import Launch
+from grpo_core.config.reward import RewardParams
+from grpo_core.config.selection import TrainSelection
+
+
+class LoraParams(Section):
+    """Optional LoRA adapters (peft). The KL reference is then the model with adapters off."""
+
+    enabled: bool = False
+    r: PositiveInt = 8
+    alpha: PositiveFloat = 16.0
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    target_modules: (
+        Literal["all-linear", "attention", "mlp"] | Annotated[list[str], Field(min_length=1)]
+    ) = Field(
+        "all-linear",
+        description="Which linear layers get adapters: all-linear (every linear layer but the "
+        "output head), attention (q/k/v/o projections), mlp (gate/up/down projections), or a "
+        "list of module names (e.g. [q_proj, v_proj]).",
+    )
+    layers: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
+        None,
+        description="Decoder layers that get adapters, as a list ([0, 2]) or an inclusive "
+        "range '0-1'; null: every layer.",
+    )
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _layer_range(cls, value: object) -> object:
+        if isinstance(value, str):
+            first, sep, last = value.partition("-")
+            if not (sep and first.strip().isdigit() and last.strip().isdigit()):
+                raise ValueError(f"{value!r}: expected a list of layer indices or a range 'a-b'")
+            if int(first) > int(last):
+                raise ValueError(f"{value!r}: the range is empty")
+            return list(range(int(first), int(last) + 1))
+        if isinstance(value, int):
+            return [value]
+        return value
+
+
+class CodapoParams(Section):
+    """CoDaPO: a per-question value from rollout confidence and empirical difficulty scales
+    the question's advantages, and high-value, learnable questions are resampled."""
+
+    enabled: bool = Field(False, description="Set by `algo: codapo`; null in params.yaml.")
+    value: Literal["confidence_difficulty", "difficulty", "confidence"] = Field(
+        "confidence_difficulty",
+        description="Value function (grpo_core.algorithms.codapo.VALUE_FUNCTIONS): "
+        "confidence_difficulty = c * 4d(1-d) + offset (CoDaPO); difficulty = 4d(1-d) + "
+        "offset; confidence = c + offset. c = exp(mean token log-prob of the group), "
+        "d = 1 - group accuracy.",
+    )
+    offset: Annotated[float, Field(ge=0)] = Field(
+        0.1, description="Added to every value, so no question's advantages vanish entirely."
+    )
+    reweight: bool = Field(True, description="Multiply each question's advantages by its value.")
+    resample: bool = Field(
+        True, description="Repeat high-value, learnable questions in the next mini-batch."
+    )
+    quantile: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.75,
+        description="Questions whose value is at or above this quantile of the batch's "
+        "values (and that are learnable: 0 < accuracy < 1) are resampled.",
+    )
+    copies: PositiveInt = Field(
+        4, description="Groups (fresh rollouts each) per resampled question in the next batch."
+    )
+    alternate: bool = Field(
+        True,
+        description="A batch made of resampled questions does not itself trigger resampling, "
+        "so resampled and fresh batches alternate and the run keeps seeing new questions.",
+    )
+
+
+class OffContextParams(Section):
+    """Off-Context GRPO: guided re-rolls for groups whose rollouts all fail."""
+
+    mode: Literal["off", "adaptive", "fixed"] = Field(
+        "off",
+        description="Set by `algo: oc_grpo` (fixed); null in params.yaml. adaptive: re-roll a "
+        "failed group with reference-solution prefixes of increasing `fractions` until one "
+        "rollout is correct; fixed: re-roll once with the fraction data/guides.parquet found, "
+        "and a question it has no fraction for (not profiled, or not unlocked) as adaptive.",
+    )
+    fractions: Fractions = Field(
+        default=[0.2, 0.4, 0.6, 0.8, 1.0],
+        description="Guidance fractions tried in order by the adaptive mode.",
+    )
+    guided_rollouts: PositiveInt | None = Field(
+        None,
+        description="How many of a failed group's G rollouts are replaced by guided ones; null "
+        "replaces all G. Fewer keep unguided failures in the group, so a guide that makes every "
+        "guided rollout correct still leaves a reward contrast (and a gradient) in the group.",
+    )
+    correction: Literal["importance", "none"] = Field(
+        "importance",
+        description="importance: weight each token's advantage by the clipped ratio of the "
+        "unguided to the guided rollout policy (OC-GRPO); none: the uncorrected guided baseline.",
+    )
+    gamma: Annotated[float, Field(ge=0)] = Field(
+        1.0, description="Exponent on the log-ratio in the importance weight."
+    )
+    c_min: Annotated[float, Field(ge=0)] = Field(0.01, description="Lower clip of the weight.")
+    c_max: PositiveFloat = Field(1.0, description="Upper clip of the weight.")
+
+    @model_validator(mode="after")
+    def _clip_order(self) -> OffContextParams:
+        if self.c_min > self.c_max:
+            raise ValueError(f"c_min ({self.c_min}) must not exceed c_max ({self.c_max})")
+        return self
+
+
+class TrainParams(TrainSelection):
+    """`train` stage: the RL loop."""
+
+    curriculum: Literal["all", "learnable", "easy", "hard", "unsolved"] = Field(
+        "all",
+        description="Which of those questions to train on, by the base model's pass rate p in "
+        "data/profile.parquet: all; learnable (0 < p < 1); easy (0.5 <= p < 1); hard "
+        "(0 < p < 0.5); unsolved (p = 0). Anything but `all` uses profiled questions only.",
+    )
+    steps: PositiveInt = Field(40, description="RL steps (one rollout batch each).")
+    prompts_per_step: PositiveInt = Field(64, description="Questions per rollout batch.")
+    group_size: Annotated[int, Field(ge=2)] = Field(
+        8, description="Completions per question (G); group statistics need at least 2."
+    )
+    temperature: PositiveFloat = Field(1.0, description="Sampling temperature of rollouts.")
+    max_new_tokens: PositiveInt = 72
+    lr: PositiveFloat = 7e-5
+    warmup_steps: Annotated[int, Field(ge=0)] = Field(
+        5,
+        description="Linear learning-rate warmup, in optimizer steps; constant afterwards. "
+        "Adam's first steps are sign-like, so a short warmup keeps them from jolting the policy.",
+    )
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    max_grad_norm: PositiveFloat = 1.0
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute each block's activations in the backward pass instead of "
+        "keeping them: less memory for real models at about a third more compute.",
+    )
+    rollout_backend: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="Who samples the rollouts: hf (the training model itself, with a KV cache) "
+        "or vllm (a vLLM engine colocated in each training process, weights synced from the "
+        "policy before every rollout batch; needs `pip install .[vllm]` and a GPU).",
+    )
+    vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.3, description="With rollout_backend=vllm: the share of GPU memory the engine takes."
+    )
+    tis_cap: PositiveFloat = Field(
+        2.0,
+        description="With rollout_backend=vllm: truncated importance sampling for the "
+        "sampler/trainer mismatch; each token's advantage is weighted by "
+        "min(pi_old / q_vllm, tis_cap) (TRL's vllm_importance_sampling_cap, verl's TIS).",
+    )
+    updates_per_batch: PositiveInt = Field(
+        2,
+        description="Optimizer steps on each rollout batch (TRL's num_iterations). Above 1 the "
+        "importance ratio against the rollout policy's stored log-probs matters.",
+    )
+    micro_batch_size: PositiveInt = Field(
+        256, description="Sequences per forward/backward; gradients accumulate to the full batch."
+    )
+    clip_low: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.2, description="Ratio clip below: 1 - clip_low."
+    )
+    clip_high: Annotated[float, Field(ge=0)] = Field(
+        0.2, description="Ratio clip above: 1 + clip_high (DAPO's clip-higher raises this)."
+    )
+    dual_clip: Annotated[float, Field(gt=1)] | None = Field(
+        None, description="Dual clip c > 1: bound negative-advantage token losses by -c*A."
+    )
+    advantage: Literal["grpo", "dr_grpo", "batch_norm", "rloo"] = Field(
+        "grpo",
+        description="Advantage estimator: grpo (group mean and std), dr_grpo (group mean "
+        "only), batch_norm (group mean, batch std), rloo (leave-one-out mean).",
+    )
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
+        "token-mean",
+        description="How token losses become one number (see "
+        "grpo_core.algorithms.losses.agg_loss); seq-mean-token-sum-norm divides by "
+        "max_new_tokens (Dr. GRPO).",
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="Per-token KL estimator used when kl_coef > 0."
+    )
+    kl_coef: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="Weight of the k3 KL to the reference model; 0 skips the reference."
+    )
+    filter_zero_std: bool = Field(
+        True,
+        description="Leave groups whose rewards are all equal out of the loss. Their advantage "
+        "is 0, so they only dilute the token-mean; DAPO's dynamic sampling without refill.",
+    )
+    dynamic_sampling: bool = Field(
+        False,
+        description="DAPO dynamic sampling: drop groups whose rewards are all equal and draw "
+        "more questions until prompts_per_step informative groups are found, for at most "
+        "max_sampling_rounds rollout rounds per step.",
+    )
+    max_sampling_rounds: PositiveInt = Field(
+        3, description="Bound on rollout rounds per step with dynamic_sampling."
+    )
+    overlong_filter: bool = Field(
+        False,
+        description="DAPO overlong filtering: completions cut at max_new_tokens (no EOS) are "
+        "left out of the loss, so truncation is not punished as a wrong answer.",
+    )
+    adv_epsilon: PositiveFloat = Field(1e-4, description="Added to the group std (GRPO).")
+    checkpoint_every: PositiveInt = Field(
+        10,
+        description="Save the policy's weights (the adapters with LoRA) to checkpoints/ every "
+        "this many steps and at the last step: what the `dynamics` stage reads.",
+    )
+    codapo: CodapoParams = CodapoParams()
+    oc_grpo: OffContextParams = OffContextParams()
+    lora: LoraParams = LoraParams()
+
+
+Algo = Annotated[
+    Literal[ALGOS],  # type: ignore[valid-type]
+    Field(
+        description="Algorithm preset (grpo_core.algorithms.presets): fills the null train knobs."
+    ),
+]
+
+
+class TrainChecks(StageParams):
+    """What a view holding `algo`, `train` and `reward` checks across them: the `algo` preset
+    fills the null `train` knobs before validation, and the overlong punishment's cache fits in
+    the generation budget."""
+
+    @model_validator(mode="after")
+    def _overlong_cache_within_budget(self):
+        cache, budget = self.reward.overlong_cache, self.train.max_new_tokens
+        if self.reward.weights.overlong and cache > budget:
+            raise ValueError(
+                f"reward.overlong_cache ({cache}) must not exceed train.max_new_tokens ({budget})"
+            )
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_algo_preset(cls, raw: object) -> object:
+        if isinstance(raw, dict) and isinstance(raw.get("train", {}), dict):
+            train = apply_preset(raw.get("algo", "grpo"), raw.get("train") or {})
+            return {**raw, "train": train}
+        return raw
+
+
+class TrainStage(TrainChecks):
+    """What `train` reads."""
+
+    seed: Seed = 0
+    algo: Algo = "grpo"
+    train: TrainParams = TrainParams()
+    reward: RewardParams = RewardParams()
+    launch: Launch = "cpu"
