@@ -49,7 +49,7 @@ def make_model(path: Path, size: str = "0.5B", layers: int | None = None, seed: 
 
     from benchmarks.memory_table import QWEN25
     from grpo_core.data.tiny import arith
-    from grpo_core.models.tiny_tokenizer import build_char_tokenizer
+    from grpo_core.models.tiny import build_char_tokenizer
 
     arch = QWEN25[size]
     base = set(arith.prompt(47, 38) + arith.solution(47, 38) + "0123456789+=?:QA \n\\boxed{}")
@@ -97,13 +97,9 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict:
     from benchmarks.step_time import agreement, bench_problems
     from grpo_core.algorithms.advantages import grpo_advantage
     from grpo_core.algorithms.losses import agg_loss, clipped_surrogate, masked_mean
-    from grpo_core.rollout.backends import (
-        HFBackend,
-        VLLMBackend,
-        check_rollouts,
-        truncated_is_weights,
-    )
-    from grpo_core.rollout.sampler import score_rollouts, token_logprobs
+    from grpo_core.rollout.backends import HFBackend, check_rollouts, truncated_is_weights
+    from grpo_core.rollout.scoring import score_rollouts, token_logprobs
+    from grpo_core.rollout.vllm import VLLMBackend
 
     device = torch.device(args.device)
     cuda = device.type == "cuda"

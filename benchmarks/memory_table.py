@@ -28,7 +28,7 @@ and A LoRA adapter parameters:
                             eq. 1 without its 5 a s / h attention-score term)
     + 10 b T V             (LM head over the completion tokens only: bf16 logits (2), their fp32
                             copy (4) and the fp32 log-softmax (4) per entry;
-                            grpo_core.rollout.sampler
+                            grpo_core.rollout.scoring
                             computes the head on completion positions only)
   an estimate: a SwiGLU block with intermediate size 5.4 h keeps more than the 34 b s h of a
   GPT block with a 4 h MLP, and the allocator's fragmentation, the CUDA context (about 0.5-1 GB)

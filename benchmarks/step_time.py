@@ -85,8 +85,7 @@ def build_tiny(path: Path, seed: int) -> Path:
     """The tiny-world Llama (`model.tiny` defaults, random weights) and character tokenizer."""
     from grpo_core.config.model import TinyModelParams
     from grpo_core.data.tiny import arith
-    from grpo_core.models.tiny_model import build_tiny_model
-    from grpo_core.models.tiny_tokenizer import build_char_tokenizer
+    from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
 
     texts = [arith.prompt(47, 38), arith.solution(47, 38), "0123456789+=?:QA \n\\boxed{}"]
     tokenizer = build_char_tokenizer(texts)
@@ -164,10 +163,11 @@ def _train_params(cfg: dict):
 def _ours(cfg: dict, conn, baseline: float) -> None:
     import torch
 
-    from grpo_core.rewards import verifiers as rewards
+    from grpo_core.rewards import verify as rewards
     from grpo_core.rollout import sampler as rollout
-    from grpo_core.training import trainer as trainer_mod
-    from grpo_core.training.trainer import GRPOTrainer, Question
+    from grpo_core.training import sampling
+    from grpo_core.training.batch import Question
+    from grpo_core.training.trainer import GRPOTrainer
 
     rewards.VERIFIERS[DOMAIN] = agreement  # this process only
     model, tokenizer = _load(cfg)
@@ -189,14 +189,14 @@ def _ours(cfg: dict, conn, baseline: float) -> None:
         seen["lengths"] = ro.lengths.tolist()
         return ro
 
-    trainer_mod.generate = timed_generate  # what GRPOTrainer._sample calls
+    sampling.generate = timed_generate  # what GroupSampler.sample calls
     conn.send(("ready", None))
     p = cfg["prompts"]
     for step in range(cfg["total"]):
         if conn.recv() != "step":
             return
         seen.clear()
-        torch.manual_seed(cfg["seed"] * 100_003 + step)  # as grpo_core.training.trainer.run
+        torch.manual_seed(cfg["seed"] * 100_003 + step)  # as grpo_core.training.run.run
         t0 = time.perf_counter()
         metrics, _ = trainer.step(questions[step * p : (step + 1) * p])
         conn.send(

@@ -15,7 +15,7 @@ lot with small changes (code L1-L5 measured 100/93/90/43/7% and 90/20/7/3/0% in 
 only difference was the mcq prompt format): read them as "learnable or not", and give the
 pipeline's SFT more steps than arith alone needs when these domains join the mix.
 
-Completions are scored by the pipeline's own verifiers (`grpo_core.rewards.verifiers.verify_batch`:
+Completions are scored by the pipeline's own verifiers (`grpo_core.rewards.verify.verify_batch`:
 programs run in the sandbox).
 """
 
@@ -31,9 +31,8 @@ import torch
 from grpo_core.config.model import SFTParams, TinyModelParams
 from grpo_core.data.tiny import code, mcq
 from grpo_core.models.sft import warm_start
-from grpo_core.models.tiny_model import build_tiny_model
-from grpo_core.models.tiny_tokenizer import build_char_tokenizer
-from grpo_core.rewards.verifiers import verify_batch
+from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
+from grpo_core.rewards.verify import verify_batch
 
 DOMAINS = {"mcq": mcq.generate_level, "code": code.generate_level}
 LEVELS = [1, 2, 3, 4, 5]

@@ -17,8 +17,7 @@ from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json
 from grpo_core.models.loading import resolve_model
 from grpo_core.models.sft import warm_start
-from grpo_core.models.tiny_model import build_tiny_model
-from grpo_core.models.tiny_tokenizer import build_char_tokenizer
+from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
 from stages.common import log, main
 
 OUT = "models/base"

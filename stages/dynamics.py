@@ -9,7 +9,8 @@ data/profile.parquet -> what training changed.
   correct and incorrect rollouts, |advantage| distribution, accuracy, the update weights the
   loss applied; grpo_core.analysis.token_dynamics);
 - metrics/dynamics.json (a summary for `dvc metrics diff`), metrics/dynamics/*.csv (DVC plots)
-  and metrics/dynamics/{heatmap,tokens}.png (the figures in the README).
+  and metrics/dynamics/{heatmap,tokens}.png (the figures in the README;
+  grpo_core.analysis.figures).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from grpo_core.analysis.tensor_dynamics import aggregate, heatmap_figure, tensor_dynamics
-from grpo_core.analysis.token_dynamics import plot_tables, token_dynamics, token_figure
+from grpo_core.analysis.figures import heatmap_figure, token_figure
+from grpo_core.analysis.tensor_dynamics import aggregate, tensor_dynamics
+from grpo_core.analysis.token_dynamics import plot_tables, token_dynamics
 from grpo_core.config.dynamics import DynamicsStage
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet

@@ -5,12 +5,12 @@ problem schema, every gold answer checked by its verifier's parser."""
 from __future__ import annotations
 
 from grpo_core.config.data import DatasetSpec, PrepareStage
-from grpo_core.data.adapters import ADAPTERS, load_benchmark
+from grpo_core.data.adapters.registry import ADAPTERS, load_benchmark
 from grpo_core.data.schema import problems_table
 from grpo_core.data.tiny import arith, code, mcq
 from grpo_core.errors import InputError
 from grpo_core.io import write_parquet
-from grpo_core.rewards.verifiers import check_gold
+from grpo_core.rewards.verify import check_gold
 from stages.common import log, main
 
 GENERATORS = {"arith": arith.generate_level, "mcq": mcq.generate_level, "code": code.generate_level}

@@ -3,8 +3,7 @@ import torch
 
 from grpo_core.config.model import TinyModelParams
 from grpo_core.data.tiny import arith
-from grpo_core.models.tiny_model import build_tiny_model
-from grpo_core.models.tiny_tokenizer import build_char_tokenizer
+from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
 
 
 @pytest.fixture(scope="session")

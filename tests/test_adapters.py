@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from grpo_core.data.adapters import ADAPTERS, humaneval_tests, last_boxed, load_benchmark
+from grpo_core.data.adapters.code import humaneval_tests
+from grpo_core.data.adapters.registry import ADAPTERS, load_benchmark
 from grpo_core.data.prompts import render_prompt
 from grpo_core.data.schema import problems_table
 from grpo_core.errors import InputError
-from grpo_core.models.tiny_tokenizer import build_char_tokenizer
+from grpo_core.models.tiny import build_char_tokenizer
+from grpo_core.rewards.math import last_boxed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 FILES = {

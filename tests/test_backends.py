@@ -13,13 +13,11 @@ import torch
 from grpo_core.rollout.backends import (
     HFBackend,
     RolloutBackend,
-    VLLMBackend,
     check_rollouts,
-    policy_weights,
-    rollouts_from_vllm,
     truncated_is_weights,
 )
-from grpo_core.rollout.sampler import score_rollouts
+from grpo_core.rollout.scoring import score_rollouts
+from grpo_core.rollout.vllm import VLLMBackend, policy_weights, rollouts_from_vllm
 
 PROMPTS = ["Q: 1+2=?\nA: ", "Q: 33+44=?\nA: ", "Q: 405+17=?\nA: "]
 

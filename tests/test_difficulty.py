@@ -42,7 +42,7 @@ def test_profile_summary_by_hand():
 def test_guide_search_keeps_the_first_fraction_that_unlocks(tokenizer, tiny_model, monkeypatch):
     """Reward: the completion starts with the whole reference solution "3 5 7". A random
     model almost never writes it from a one-word prefix, and always does when given it all."""
-    from grpo_core.rewards import verifiers as rewards
+    from grpo_core.rewards import verify as rewards
 
     monkeypatch.setitem(rewards.VERIFIERS, "toy", lambda c, answer: float(c.startswith("3 5 7")))
     problems = [

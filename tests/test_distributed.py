@@ -16,7 +16,7 @@ held to the same tolerances: its differences are of the same kind (a reduce-scat
 flattened gradients instead of DDP's all-reduce, and its own clipping coefficient, the same
 formula as clip_grad_norm_'s).
 
-A killed 2-process run resumes (stages.train's checkpoint and resume state, the optimizer state
+A killed 2-process run resumes (the train stage's checkpoint and resume state, the optimizer state
 sharded under ZeRO-2) and ends exactly as the unbroken 2-process run: same processes, same
 numbers in the same order, so no tolerance.
 
@@ -72,10 +72,9 @@ def _setup(name: str):
     from grpo_core.config.model import TinyModelParams
     from grpo_core.config.params import parse_params
     from grpo_core.data.tiny import arith
-    from grpo_core.models.tiny_model import build_tiny_model
-    from grpo_core.models.tiny_tokenizer import build_char_tokenizer
-    from grpo_core.rewards import verifiers as rewards
-    from grpo_core.training.trainer import Question
+    from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
+    from grpo_core.rewards import verify as rewards
+    from grpo_core.training.batch import Question
 
     rewards.VERIFIERS["toy"] = lambda completion, answer: float(
         bool(completion) and completion[0] in answer
@@ -107,7 +106,8 @@ def _setup(name: str):
 def _train(name: str, accelerator=None) -> dict:
     """Train one scenario; returns the step metrics, the final weights and, per step, which
     groups this process sampled and which batch rows it trained."""
-    from grpo_core.training.trainer import GRPOTrainer, run
+    from grpo_core.training.run import run
+    from grpo_core.training.trainer import GRPOTrainer
 
     torch.manual_seed(0)
     model, tokenizer, params, questions = _setup(name)
@@ -134,14 +134,17 @@ class _Killed(Exception):
 
 
 def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
-    """stages.train's checkpointing on the harness, its files in `run_dir`: "kill" trains
+    """The train stage's checkpointing (grpo_core.training.run.train_policy) on the harness,
+    its files in `run_dir`: "kill" trains
     RESUME_SCENARIO until it is killed in step KILLED_IN, "resume" loads the last state and
     trains to the end as the stage does; the step metrics (the resumed ones included), the
     final weights and the step it resumed from."""
-    import stages.train as stage
-    from grpo_core.training.trainer import GRPOTrainer, QuestionSampler, run
+    from grpo_core.training.batch import QuestionSampler
+    from grpo_core.training.checkpoints import checkpoint_dir, load_checkpoint, save_checkpoint
+    from grpo_core.training.resume import load_resume, save_resume
+    from grpo_core.training.run import run
+    from grpo_core.training.trainer import GRPOTrainer
 
-    stage.RUN_DIR, stage.SHARDS = run_dir, run_dir / "resume.shards"
     main_process = accelerator.is_main_process
     fingerprint = f"test:{accelerator.distributed_type.name}:{accelerator.num_processes}"
     torch.manual_seed(0)
@@ -152,13 +155,13 @@ def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
     start = 0
     resume = None
     if phase == "resume":
-        resume = stage.load_resume(fingerprint) if main_process else None
+        resume = load_resume(fingerprint, run_dir=run_dir) if main_process else None
         accelerator.wait_for_everyone()
         if not main_process:
-            resume = stage.load_resume(fingerprint, False, accelerator.process_index)
+            resume = load_resume(fingerprint, False, accelerator.process_index, run_dir)
         assert resume is not None
         start = resume["step"]
-        stage.load_checkpoint(model, stage.checkpoint_dir(run_dir, start))
+        load_checkpoint(model, checkpoint_dir(run_dir, start))
         sampler.load_state_dict(resume["sampler"])
         history, log_rows = resume["history"], resume["log_rows"]
     trainer = GRPOTrainer(
@@ -173,8 +176,8 @@ def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
         history.append(metrics)
         log_rows.extend({"step": step, **row} for row in rows)
         if main_process:
-            stage.save_checkpoint(model, step + 1)
-        stage.save_resume(
+            save_checkpoint(model, step + 1, run_dir)
+        save_resume(
             fingerprint,
             step + 1,
             trainer,
@@ -182,6 +185,7 @@ def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
             history,
             log_rows,
             accelerator.wait_for_everyone,
+            run_dir,
         )
         accelerator.wait_for_everyone()
 
@@ -197,7 +201,7 @@ def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
 def _worker(out: Path, names: list[str], run_dir: Path | None = None) -> None:
     """Run inside `accelerate launch`: the scenarios `names`, every process writes its results
     and how it ran (the Accelerator stages.train builds)."""
-    from grpo_core.training.distributed import make_accelerator
+    from grpo_core.training.parallel import make_accelerator
 
     torch.set_num_threads(1)
     accelerator = make_accelerator()
@@ -333,7 +337,7 @@ def test_a_killed_two_process_run_resumes_and_ends_as_the_unbroken_run(launched,
     files = sorted(f.name for f in resume.iterdir())
     assert files == sorted(["state.json", "trainer.pt"] + (["trainer-rank1.pt"] if sharded else []))
     if sharded:  # each process's own half of the fp32 master weights and the Adam moments
-        from grpo_core.training.distributed import zero_state_globals
+        from grpo_core.training.parallel import zero_state_globals
 
         with torch.serialization.safe_globals(zero_state_globals()):
             shards = [
@@ -354,27 +358,6 @@ def test_a_killed_two_process_run_resumes_and_ends_as_the_unbroken_run(launched,
             max_weight = max(max_weight, float((resumed["state"][key] - w).abs().max()))
             assert torch.equal(resumed["state"][key], w), key
     print(f"{launch} resumed: max |weight diff| {max_weight:.2e} (resume launch {wall:.1f}s)")
-
-
-def test_the_fingerprint_holds_the_launch_and_a_state_missing_a_shard_is_discarded(
-    tmp_path, monkeypatch
-):
-    import stages.train as stage
-    from grpo_core.config.params import parse_params
-
-    prints = {
-        launch: stage.run_fingerprint(parse_params({"launch": launch}), [])
-        for launch in ("cpu", "ddp_cpu2", "zero2_cpu2")
-    }
-    assert len(set(prints.values())) == 3
-    monkeypatch.setattr(stage, "RUN_DIR", tmp_path / "run")
-    resume = tmp_path / "run/resume"
-    resume.mkdir(parents=True)
-    record = {"fingerprint": "f", "step": 1, "world": 2, "sharded": True}
-    (resume / "state.json").write_text(json.dumps(record))
-    torch.save({}, resume / "trainer.pt")  # trainer-rank1.pt missing: a save cut short
-    assert stage.load_resume("f", clean=False) is None and resume.exists()
-    assert stage.load_resume("f") is None and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(
@@ -406,11 +389,11 @@ def test_partial_losses_with_global_denominators_sum_to_the_one_process_loss(los
 
 
 def test_group_shares_are_contiguous_whole_and_cover_every_group():
-    from grpo_core.training.trainer import _share
+    from grpo_core.training.parallel import share
 
     for n in range(0, 9):
         for world in (1, 2, 3, 8):
-            blocks = [_share(n, r, world) for r in range(world)]
+            blocks = [share(n, r, world) for r in range(world)]
             assert blocks[0][0] == 0 and blocks[-1][1] == n
             assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
             assert max(h - lo for lo, h in blocks) - min(h - lo for lo, h in blocks) <= 1

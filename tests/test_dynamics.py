@@ -11,16 +11,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from grpo_core.analysis.tensor_dynamics import (
-    TENSORS_SCHEMA,
-    aggregate,
-    classify,
-    heatmap_figure,
-    load_update,
-    singular_values,
-    spectrum_stats,
-    tensor_dynamics,
-)
+from grpo_core.analysis.figures import heatmap_figure
+from grpo_core.analysis.spectrum import singular_values, spectrum_stats
+from grpo_core.analysis.tensor_dynamics import TENSORS_SCHEMA, aggregate, classify, tensor_dynamics
+from grpo_core.analysis.weights import load_update
 from grpo_core.errors import InputError
 
 

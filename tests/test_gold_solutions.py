@@ -7,10 +7,10 @@ no policy could ever be rewarded for."""
 import pytest
 from test_adapters import EXTRA, FILES, FIXTURES
 
-from grpo_core.data.adapters import ADAPTERS, load_benchmark
+from grpo_core.data.adapters.registry import ADAPTERS, load_benchmark
 from grpo_core.data.tiny import arith, code, mcq
 from grpo_core.rewards.code import CodeRewardConfig
-from grpo_core.rewards.verifiers import check_gold, verify_batch
+from grpo_core.rewards.verify import check_gold, verify_batch
 
 CODE = CodeRewardConfig(workers=2, timeout_s=10.0)
 

@@ -192,9 +192,9 @@ def test_second_repro_is_up_to_date(repo):
 
 
 def test_a_teammate_pulls_the_artifacts_and_recomputes_nothing(repo, tmp_path):
-    """The README's sharing recipe: a shared folder as the DVC remote, `dvc push`; a fresh
-    clone, `dvc pull`, `dvc repro` says up to date; an experiment travels by `dvc exp push`
-    and `dvc exp pull`."""
+    """The sharing recipe of docs/sharing-and-experiments.md: a shared folder as the DVC
+    remote, `dvc push`; a fresh clone, `dvc pull`, `dvc repro` says up to date; an experiment
+    travels by `dvc exp push` and `dvc exp pull`."""
     upstream, remote, clone = tmp_path / "upstream.git", tmp_path / "dvc-remote", tmp_path / "mate"
     sh(tmp_path, "git", "init", "-q", "--bare", str(upstream))
     sh(repo, "git", "remote", "add", "origin", str(upstream))
@@ -353,6 +353,27 @@ def test_changing_an_eval_param_reruns_only_evaluate(repo):
     assert ran(done) == ["evaluate"]
     sh(repo, "git", "checkout", "params.yaml")
     sh(repo, "dvc", "checkout", "--force")
+
+
+def test_editing_a_config_module_reruns_only_the_stages_that_read_its_section(repo):
+    """Config per stage: a stage's code deps hold the declarations of the sections it reads.
+    A comment in the module declaring `eval` reruns `evaluate` alone; one in the module
+    declaring `train` reruns `train` (which then writes what it wrote: nothing downstream
+    reruns) and nothing upstream of it."""
+    for module, expected in (
+        ("grpo_core/config/eval.py", ["evaluate"]),
+        ("grpo_core/config/train.py", ["train"]),
+    ):
+        path = repo / module
+        original = path.read_text()
+        path.write_text(original + "\n# an edited comment\n")
+        try:
+            done = sh(repo, "dvc", "repro")
+            assert ran(done) == expected, module
+        finally:
+            path.write_text(original)
+    done = sh(repo, "dvc", "repro")  # back as committed (stages with uncached metrics rerun)
+    assert set(ran(done)) <= {"train", "dynamics", "evaluate"}
 
 
 def test_exp_run_with_set_param_and_metrics_diff(repo):

@@ -13,11 +13,13 @@ import torch
 from grpo_core.algorithms.presets import PRESETS, apply_preset
 from grpo_core.config.train import TrainParams
 from grpo_core.data import prompts
-from grpo_core.data.adapters import ADAPTERS, Adapter, load_benchmark
+from grpo_core.data.adapters.base import Adapter
+from grpo_core.data.adapters.registry import ADAPTERS, load_benchmark
 from grpo_core.data.schema import PROBLEM_SCHEMA, problems_table, read_problems
 from grpo_core.errors import InputError
-from grpo_core.rewards import verifiers
-from grpo_core.training.trainer import GRPOTrainer, Question
+from grpo_core.rewards import verify
+from grpo_core.training.batch import Question
+from grpo_core.training.trainer import GRPOTrainer
 
 # ---- add a reward: a verifier registered by domain ------------------------------------------
 
@@ -36,23 +38,23 @@ def _one_character(answer: str) -> str:
 
 @pytest.fixture
 def toy_domain(monkeypatch) -> str:
-    monkeypatch.setitem(verifiers.VERIFIERS, "toy", _starts_with_answer)
-    monkeypatch.setitem(verifiers.GOLD_PARSERS, "toy", _one_character)
+    monkeypatch.setitem(verify.VERIFIERS, "toy", _starts_with_answer)
+    monkeypatch.setitem(verify.GOLD_PARSERS, "toy", _one_character)
     return "toy"
 
 
 def test_a_new_domain_is_verified_and_its_gold_answers_checked(toy_domain):
-    rewards = verifiers.verify_batch(
+    rewards = verify.verify_batch(
         [toy_domain] * 2 + ["math"], ["7+1", "8", "\\boxed{2}"], ["7", "7", "2"]
     )
     assert rewards == [1.0, 0.0, 1.0]
-    verifiers.check_gold({"id": "t-1", "domain": toy_domain, "source": "toy", "answer": "7"})
+    verify.check_gold({"id": "t-1", "domain": toy_domain, "source": "toy", "answer": "7"})
     with pytest.raises(InputError, match="t-2"):
-        verifiers.check_gold({"id": "t-2", "domain": toy_domain, "source": "toy", "answer": "77"})
+        verify.check_gold({"id": "t-2", "domain": toy_domain, "source": "toy", "answer": "77"})
 
 
 def test_the_toy_entries_are_gone_after_the_test():
-    assert "toy" not in verifiers.VERIFIERS and "toy" not in verifiers.GOLD_PARSERS
+    assert "toy" not in verify.VERIFIERS and "toy" not in verify.GOLD_PARSERS
     assert "toy_rloo" not in PRESETS and "toy_sums" not in ADAPTERS
 
 
@@ -158,7 +160,7 @@ def test_a_new_benchmark_reads_a_local_file_into_the_problem_schema(toy_benchmar
     assert rows[0]["prompt"] == prompts.math_prompt("What is 2+3?")
     assert json.loads(rows[1]["meta"]) == {"note": "y"}
     for row in rows:
-        verifiers.check_gold(row)  # as `prepare` does before it writes the split
+        verify.check_gold(row)  # as `prepare` does before it writes the split
     out = tmp_path / "eval.parquet"
     pq.write_table(problems_table(rows), out)
     assert read_problems(out).schema == PROBLEM_SCHEMA

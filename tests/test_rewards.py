@@ -4,17 +4,10 @@ import pytest
 import torch
 
 from grpo_core.config.reward import RewardWeights
-from grpo_core.rewards.verifiers import (
-    final_answer,
-    format_reward,
-    last_boxed,
-    math_reward,
-    mcq_answer,
-    mcq_reward,
-    overlong_penalty,
-    shaped_rewards,
-    verify_batch,
-)
+from grpo_core.rewards.math import last_boxed, math_reward
+from grpo_core.rewards.mcq import mcq_answer, mcq_reward
+from grpo_core.rewards.shaping import format_reward, overlong_penalty, shaped_rewards
+from grpo_core.rewards.verify import final_answer, verify_batch
 
 B = "\\boxed"
 

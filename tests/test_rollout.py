@@ -3,8 +3,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_core.config.model import TinyModelParams
-from grpo_core.models.tiny_model import build_tiny_model
-from grpo_core.rollout.sampler import completion_mask_from_ids, generate, token_logprobs
+from grpo_core.models.tiny import build_tiny_model
+from grpo_core.rollout.rollouts import completion_mask_from_ids
+from grpo_core.rollout.sampler import generate
+from grpo_core.rollout.scoring import token_logprobs
 
 
 def test_completion_mask_stops_after_first_eos():
@@ -76,7 +78,7 @@ def test_generate_groups_rows_by_prompt(tokenizer, tiny_model):
 
 
 def test_concatenated_rollouts_keep_every_rows_log_probs(tokenizer, tiny_model):
-    from grpo_core.rollout.sampler import concat_rollouts
+    from grpo_core.rollout.rollouts import concat_rollouts
 
     torch.manual_seed(0)
     a = generate(tiny_model, tokenizer, ["Q: 1+2=?\nA: "], 2, 1.0, max_new_tokens=3)
@@ -98,7 +100,7 @@ def test_guided_rollouts_start_with_the_prefix_and_score_as_sampled(tokenizer, t
     """A guided completion is prefix + continuation within max_new_tokens; guide_mask marks
     the prefix; scoring it under the unguided prompt sees the same tokens and positions, so
     the continuation's log-probs equal those of plain scoring of the guided context."""
-    from grpo_core.rollout.sampler import score_rollouts
+    from grpo_core.rollout.scoring import score_rollouts
 
     torch.manual_seed(0)
     prompts, prefixes = ["Q: 1+2=?\nA: ", "Q: 33+44=?\nA: "], ["3+", ""]
@@ -195,7 +197,8 @@ def test_sampler_log_probs_are_the_scores_and_stand_in_for_them(tokenizer, eos_l
     """The sampler's log-probs and entropies equal a scoring pass (float rounding); scoring
     returns them while the weights are those that sampled at that temperature, and scores
     anew after a weight update or at another temperature."""
-    from grpo_core.rollout.sampler import concat_rollouts, score_rollouts
+    from grpo_core.rollout.rollouts import concat_rollouts
+    from grpo_core.rollout.scoring import score_rollouts
 
     model = eos_likely
     torch.manual_seed(0)

@@ -7,7 +7,7 @@ import pytest
 
 from grpo_core.data.schema import problems_table
 from grpo_core.data.tiny import arith, code, mcq
-from grpo_core.models.tiny_tokenizer import build_char_tokenizer
+from grpo_core.models.tiny import build_char_tokenizer
 
 GENERATORS = {"mcq": mcq.generate_level, "code": code.generate_level}
 LEVELS = [1, 2, 3, 4, 5]

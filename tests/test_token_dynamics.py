@@ -3,15 +3,11 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
-from grpo_core.analysis.token_dynamics import (
-    TOKENS_SCHEMA,
-    plot_tables,
-    token_dynamics,
-    token_figure,
-)
+from grpo_core.analysis.figures import token_figure
+from grpo_core.analysis.token_dynamics import TOKENS_SCHEMA, plot_tables, token_dynamics
 from grpo_core.errors import InputError
 
-# The rollout log schema of stages/train.py, with the three update-weight columns.
+# The rollout log schema (grpo_core/training/rollout_log.py), with the three update-weight columns.
 LOG_SCHEMA = pa.schema(
     [
         ("step", pa.int32()),

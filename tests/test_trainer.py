@@ -3,8 +3,11 @@ import torch
 
 from grpo_core.config.model import TinyModelParams
 from grpo_core.config.train import LoraParams, TrainParams
-from grpo_core.rewards import verifiers as rewards
-from grpo_core.training.trainer import GRPOTrainer, Question, QuestionSampler, add_lora, run
+from grpo_core.rewards import verify as rewards
+from grpo_core.training.batch import Question, QuestionSampler
+from grpo_core.training.lora import add_lora
+from grpo_core.training.run import run
+from grpo_core.training.trainer import GRPOTrainer
 
 
 def _cfg(**kw) -> TrainParams:
@@ -353,7 +356,7 @@ def test_the_training_reward_is_the_weighted_sum_and_each_component_is_logged(
     tokenizer, tiny_model, starts_with_7
 ):
     from grpo_core.config.reward import RewardParams
-    from grpo_core.rewards.verifiers import overlong_penalty
+    from grpo_core.rewards.shaping import overlong_penalty
 
     # max_new_tokens 3, cache 2: a 2-token completion gets -1/2, a 3-token one -1.
     reward = RewardParams(
@@ -383,7 +386,7 @@ def test_update_weights_are_advantage_times_ratio_where_not_clipped():
     rho=0.5 -> unclipped (the min is rho*A), 0.5. Token 3: A=-2, rho=0.5 < 0.8 -> clipped, 0.
     Token 4: A=-2, rho=1.1 -> -2.2; with dual clip c=3, rho=4 -> bounded, 0."""
     from grpo_core.algorithms.losses import clipped_surrogate
-    from grpo_core.training.trainer import update_weights
+    from grpo_core.training.update import update_weights
 
     ratio = torch.tensor([[1.5, 0.5], [0.5, 1.1]])
     adv = torch.tensor([1.0, -2.0])
@@ -465,7 +468,7 @@ def _linear_layers(policy) -> set[str]:
     ],
 )
 def test_lora_targets_and_layers(tokenizer, kw, expected):
-    from grpo_core.models.tiny_model import build_tiny_model
+    from grpo_core.models.tiny import build_tiny_model
 
     two = TinyModelParams(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
     policy = add_lora(build_tiny_model(tokenizer, two, seed=0), LoraParams(enabled=True, **kw))

@@ -9,10 +9,12 @@ import copy
 import pytest
 import torch
 
-from grpo_core.rewards import verifiers as rewards
+from grpo_core.rewards import verify as rewards
 from grpo_core.rollout.backends import HFBackend
-from grpo_core.rollout.sampler import score_rollouts
-from grpo_core.training.trainer import GRPOTrainer, Question, run
+from grpo_core.rollout.scoring import score_rollouts
+from grpo_core.training.batch import Question
+from grpo_core.training.run import run
+from grpo_core.training.trainer import GRPOTrainer
 from tests.test_trainer import _cfg
 
 

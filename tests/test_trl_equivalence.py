@@ -17,7 +17,7 @@ Two comparisons per case:
 - on TRL's own per-token log-probs (`_get_per_token_logps_and_entropies`): isolates the loss
   formula and the aggregation; the losses are identical (diff 0.0) and the parameter gradients
   agree to <= 7.5e-9;
-- end to end, on our log-probs (`grpo_core.rollout.sampler.token_logprobs`, what our trainer uses):
+- end to end, on our log-probs (`grpo_core.rollout.scoring.token_logprobs`, what our trainer uses):
   TRL's fused LM head computes the log-softmax in float32 whatever the model dtype (and so
   does ours), so this agrees to float32 rounding: loss diff <= 2.1e-8, gradients <= 2.0e-7.
 
@@ -41,8 +41,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from grpo_core.algorithms.losses import agg_loss, clipped_surrogate, kl_k3
 from grpo_core.config.model import TinyModelParams
-from grpo_core.models.tiny_model import build_tiny_model
-from grpo_core.rollout.sampler import token_logprobs
+from grpo_core.models.tiny import build_tiny_model
+from grpo_core.rollout.scoring import token_logprobs
 
 TRL_TO_OURS = {
     "grpo": "seq-mean-token-mean",

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 from typing import Any
 
-ALGOS = ("grpo", "dr_grpo", "dapo", "codapo", "oc_grpo")
-
 _GRPO: dict[str, Any] = {
     "advantage": "grpo",
     "loss_agg": "token-mean",
@@ -47,6 +45,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "codapo": {**_GRPO, "codapo.enabled": True},
     "oc_grpo": {**_GRPO, "oc_grpo.mode": "fixed"},
 }
+# The values `algo` takes: a new preset above is a new `algo`.
+ALGOS = tuple(PRESETS)
 
 
 def apply_preset(algo: str, train: dict[str, Any]) -> dict[str, Any]:

@@ -8,8 +8,9 @@ from tqdm.auto import tqdm
 from grpo_core.algorithms.losses import masked_mean
 from grpo_core.config.sampling import SamplingParams
 from grpo_core.rewards.code import CodeRewardConfig
-from grpo_core.rewards.verifiers import final_answer, verify_batch
-from grpo_core.rollout.sampler import generate, score_rollouts
+from grpo_core.rewards.verify import final_answer, verify_batch
+from grpo_core.rollout.sampler import generate
+from grpo_core.rollout.scoring import score_rollouts
 
 
 def sample_problems(

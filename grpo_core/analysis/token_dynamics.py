@@ -1,8 +1,9 @@
 """Token-level training dynamics from the RL rollout log (`data/rollouts.parquet`).
 
-The train stage logs one row per question per RL step (`stages.train.ROLLOUT_LOG`). This module
-aggregates that log per step, over all questions and per slice (per level, and per base-model
-difficulty bin when a profile is given), into a tidy table, and draws the four classic views:
+The train stage logs one row per question per RL step
+(`grpo_core.training.rollout_log.ROLLOUT_LOG`). This module aggregates that log per step, over all questions and per slice (per level, and per base-model
+difficulty bin when a profile is given), into a tidy table, and the wide per-step tables behind
+the four classic views (`plot_tables`; drawn by `grpo_core.analysis.figures.token_figure`):
 
 - confidence inflation: the log-prob of correct and of incorrect rollouts rises over training;
 - advantage contraction: the per-group mean |advantage| shrinks and more groups get zero
@@ -32,15 +33,12 @@ Conventions (all aggregates are plain, unweighted means over question groups):
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from grpo_core.analysis.difficulty import BINS
 from grpo_core.errors import InputError
-from grpo_core.io import atomic_path
 
 REQUIRED_COLUMNS = (
     "step",
@@ -57,10 +55,6 @@ REQUIRED_COLUMNS = (
 OPTIONAL_COLUMNS = ("update_weight_abs", "update_weight_mean", "clip_frac")
 PROFILE_COLUMNS = ("id", "bin")
 UNPROFILED = "unprofiled"
-
-# Rolling mean drawn bold over the thin raw per-step values: a centred window of this many
-# logged steps (min_periods=1, so the ends and gaps use what is there).
-ROLLING_WINDOW = 5
 
 QUANTILES = {"adv_abs_p10": 0.1, "adv_abs_p50": 0.5, "adv_abs_p90": 0.9}
 
@@ -179,8 +173,8 @@ def _aggregate(df: pd.DataFrame, by: str, key: pd.Series) -> pd.DataFrame:
 def token_dynamics(log: pa.Table, profile: pa.Table | None = None) -> pa.Table:
     """Per-step token-level dynamics, one row per (step, slice): `TOKENS_SCHEMA`.
 
-    `log` is the rollout log (`stages.train.ROLLOUT_LOG`, with or without the optional
-    `update_weight_abs`, `update_weight_mean`, `clip_frac` columns); `profile`, if given, has
+    `log` is the rollout log (`grpo_core.training.rollout_log.ROLLOUT_LOG`, with or without the
+    optional `update_weight_abs`, `update_weight_mean`, `clip_frac` columns); `profile`, if given, has
     `id` and `bin` columns (`data/profile.parquet`) and adds by="bin" slices, questions not in
     it going to bin "unprofiled". Rows are ordered by step, then all / level / bin, then level
     number or bin difficulty (unsolved, hard, easy, solved, unprofiled, others by name).
@@ -214,7 +208,7 @@ def token_dynamics(log: pa.Table, profile: pa.Table | None = None) -> pa.Table:
     return table.replace_schema_metadata(None)
 
 
-# ----------------------------------------------------------------------------------- plots
+# ------------------------------------------------------------------------------ plot tables
 
 
 def _slices(tokens: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -266,128 +260,3 @@ def _wide_table(steps: np.ndarray, columns: dict[str, np.ndarray]) -> pa.Table:
         pa.array(np.asarray(v, dtype=np.float64), from_pandas=True) for v in columns.values()
     ]
     return pa.Table.from_arrays(arrays, names=["step", *columns])
-
-
-def _rolling(values: pd.Series) -> pd.Series:
-    return values.rolling(ROLLING_WINDOW, center=True, min_periods=1).mean()
-
-
-def _line(ax, steps, values, color, label, style="-") -> None:
-    """Raw per-step values thin and faint, their rolling mean bold."""
-    values = pd.Series(np.asarray(values, dtype=np.float64))
-    ax.plot(steps, values, style, color=color, lw=0.8, alpha=0.35)
-    ax.plot(steps, _rolling(values), style, color=color, lw=2.0, label=label)
-
-
-def _no_data(ax, what: str) -> None:
-    ax.text(
-        0.5,
-        0.5,
-        f"no {what} in this log",
-        ha="center",
-        va="center",
-        transform=ax.transAxes,
-        color="gray",
-    )
-
-
-def token_figure(tokens: pa.Table, path: str | Path) -> None:
-    """One PNG with four panels from `token_dynamics` output: confidence inflation, advantage
-    contraction, hierarchical convergence, update weights. Thin lines are raw per-step values,
-    bold lines their centred rolling mean over `ROLLING_WINDOW` logged steps."""
-    # An explicit Agg canvas: no pyplot, no global backend state, safe without a display.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    tables = {k: v.to_pandas() for k, v in plot_tables(tokens).items()}
-    fig = Figure(figsize=(13, 9), layout="constrained")
-    FigureCanvasAgg(fig)
-    (ax_conf, ax_adv), (ax_conv, ax_upd) = fig.subplots(2, 2)
-
-    conf = tables["confidence"]
-    steps = conf["step"].to_numpy()
-    if conf[["logp_correct", "logp_incorrect"]].notna().any().any():
-        _line(ax_conf, steps, conf["logp_correct"], "tab:green", "correct rollouts")
-        _line(ax_conf, steps, conf["logp_incorrect"], "tab:red", "incorrect rollouts")
-        ax_conf.legend(loc="best", fontsize="small")
-    else:
-        _no_data(ax_conf, "log-probs")
-    ax_conf.set(title="Confidence inflation", xlabel="step", ylabel="mean token log-prob")
-
-    adv = tables["advantage"]
-    if adv["adv_abs_p50"].notna().any():
-        ax_adv.fill_between(
-            steps,
-            adv["adv_abs_p10"],
-            adv["adv_abs_p90"],
-            color="tab:blue",
-            alpha=0.12,
-            lw=0,
-            label="p10-p90 (raw)",
-        )
-        ax_adv.fill_between(
-            steps,
-            _rolling(adv["adv_abs_p10"]),
-            _rolling(adv["adv_abs_p90"]),
-            color="tab:blue",
-            alpha=0.25,
-            lw=0,
-            label="p10-p90 (rolling)",
-        )
-        _line(ax_adv, steps, adv["adv_abs_p50"], "tab:blue", "median |adv|")
-    else:
-        _no_data(ax_adv, "advantages")
-    twin = ax_adv.twinx()
-    _line(twin, steps, adv["zero_adv_frac"], "tab:orange", "zero-advantage fraction")
-    twin.set_ylim(-0.02, 1.02)
-    twin.set_ylabel("fraction of groups with zero advantage", color="tab:orange")
-    handles = ax_adv.get_legend_handles_labels()
-    handles2 = twin.get_legend_handles_labels()
-    twin.legend(handles[0] + handles2[0], handles[1] + handles2[1], loc="best", fontsize="small")
-    ax_adv.set(title="Advantage contraction", xlabel="step", ylabel="per-group mean |advantage|")
-
-    conv = tables["convergence"]
-    levels = [c for c in conv.columns if c.startswith("level")]
-    bins = [c for c in conv.columns if c.startswith("bin_")]
-    for i, col in enumerate(levels):
-        _line(ax_conv, steps, conv[col], f"C{i % 10}", f"level {col[len('level') :]}")
-    for i, col in enumerate(bins):
-        _line(
-            ax_conv,
-            steps,
-            conv[col],
-            f"C{(len(levels) + i) % 10}",
-            f"bin {col[len('bin_') :]}",
-            style="--",
-        )
-    if levels or bins:
-        ax_conv.legend(loc="best", fontsize="small", ncol=2)
-    else:
-        _no_data(ax_conv, "accuracies")
-    ax_conv.set_ylim(-0.02, 1.02)
-    ax_conv.set(title="Hierarchical convergence", xlabel="step", ylabel="accuracy (1 - difficulty)")
-
-    upd = tables["update_weights"]
-    twin = ax_upd.twinx()
-    if upd[["update_weight_abs", "update_weight_mean", "clip_frac"]].notna().any().any():
-        _line(ax_upd, steps, upd["update_weight_abs"], "tab:purple", "mean |A·ρ·clip·w|")
-        _line(ax_upd, steps, upd["update_weight_mean"], "tab:gray", "mean A·ρ·clip·w", style=":")
-        _line(twin, steps, upd["clip_frac"], "tab:brown", "clip fraction")
-        handles = ax_upd.get_legend_handles_labels()
-        handles2 = twin.get_legend_handles_labels()
-        twin.legend(
-            handles[0] + handles2[0], handles[1] + handles2[1], loc="best", fontsize="small"
-        )
-    else:
-        _no_data(ax_upd, "update weights")
-    twin.set_ylim(-0.02, 1.02)
-    twin.set_ylabel("fraction of tokens clipped", color="tab:brown")
-    ax_upd.set(
-        title="Update weights (trained groups)", xlabel="step", ylabel="per-token weight on ∇log π"
-    )
-
-    for ax in (ax_conf, ax_adv, ax_conv, ax_upd):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)

@@ -25,7 +25,7 @@ class TrainSelection(Section):
         None,
         description="Domains to train on; null: every domain of the train split. Mixing "
         "domains in one run is a choice: on the tiny world, training on all three eroded the "
-        "arith levels it did not train on (README).",
+        "arith levels it did not train on (docs/pipeline.md).",
     )
 
 

@@ -2,4 +2,4 @@
 benchmark adapters (by family: math, multiple choice, code) and the tiny world's generators.
 
 Imports: `grpo_core.errors`, `grpo_core.config`, `grpo_core.rewards` (gold answers are read by
-their verifiers). A new benchmark is an adapter here (docs/architecture.md)."""
+their verifiers). A new benchmark is an adapter in `adapters` (docs/architecture.md)."""

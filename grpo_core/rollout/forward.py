@@ -1,0 +1,132 @@
+"""Calling a causal LM the way sampling and scoring both do: through its peft / DDP /
+DeepSpeed wrappers, with or without a KV cache, and with the rows that share a prompt (a
+group's G rows) computed once, the prompt's KV cache then copied to every row of the group.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+
+def unwrap(model):
+    """The transformers model under peft / DDP / DeepSpeed wrappers."""
+    while True:
+        if hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        elif isinstance(getattr(model, "module", None), torch.nn.Module):
+            model = model.module
+        else:
+            return model
+
+
+@functools.cache
+def _forward_params(cls: type) -> frozenset[str]:
+    return frozenset(inspect.signature(cls.forward).parameters)
+
+
+def forward(model, ids, attn, pos, cache=None, logits_to_keep: int = 0) -> torch.Tensor:
+    """`model`'s logits; with `cache`, the KV cache is read and extended. `logits_to_keep` > 0
+    computes the LM head on the last that many positions only, where the model supports it."""
+    params = _forward_params(type(unwrap(model)))
+    kwargs = {}
+    if cache is None:
+        kwargs["use_cache"] = False
+    else:
+        kwargs["use_cache"] = True
+        kwargs["cache" if "cache" in params else "past_key_values"] = cache
+    if logits_to_keep and "logits_to_keep" in params:
+        kwargs["logits_to_keep"] = logits_to_keep
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, **kwargs).logits
+    return logits[:, -logits_to_keep:] if logits_to_keep else logits
+
+
+class SharedRows:
+    """Rows that repeat (a group's prompt): each distinct row is computed once, at `first`
+    (its first row), and the results are copied back to every row (`expand`).
+
+    `inverse` maps each row to its distinct row. When the rows come in consecutive groups of
+    one size (how rollouts are laid out), the copy is a broadcast (`group` rows each), whose
+    backward is a plain sum; otherwise an index, whose backward is a scatter-add."""
+
+    def __init__(self, first: torch.Tensor, inverse: torch.Tensor):
+        self.first, self.inverse = first, inverse
+        n, rows = len(first), len(inverse)
+        self.group = rows // n if rows % n == 0 else None
+        if self.group is not None:
+            blocks = torch.arange(n, device=inverse.device).repeat_interleave(self.group)
+            if not torch.equal(inverse, blocks):
+                self.group = None
+
+    @classmethod
+    def find(cls, ids: torch.Tensor, attn: torch.Tensor) -> SharedRows | None:
+        """None when there are fewer than two rows per distinct row on average: then sharing
+        saves too little to be worth a second pass."""
+        if ids.shape[0] < 2:
+            return None
+        key = ids.masked_fill(attn == 0, -1)  # padding compares equal whatever the pad id
+        distinct, inverse = torch.unique(key, dim=0, return_inverse=True)
+        n = distinct.shape[0]
+        if 2 * n > ids.shape[0]:
+            return None
+        rows = torch.arange(ids.shape[0], device=ids.device)
+        first = torch.full((n,), ids.shape[0], dtype=torch.long, device=ids.device)
+        first = first.scatter_reduce(0, inverse, rows, reduce="amin")
+        order = torch.argsort(first)  # distinct rows in order of first appearance
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(n, device=ids.device)
+        return cls(first[order], rank[inverse])
+
+    def expand(self, x: torch.Tensor) -> torch.Tensor:
+        """(distinct rows, ...) -> (rows, ...)."""
+        if self.group is None:
+            return x[self.inverse]
+        shape = x.shape[1:]
+        return x.unsqueeze(1).expand(-1, self.group, *shape).reshape(-1, *shape)
+
+    def expand_cache(self, cache) -> None:
+        layers = getattr(cache, "layers", None)
+        if (
+            self.group is None
+            or not layers
+            or not all(isinstance(la, DynamicLayer) for la in layers)
+        ):
+            cache.batch_select_indices(self.inverse)
+            return
+        for layer in layers:
+            if layer.is_initialized:
+                layer.keys, layer.values = self.expand(layer.keys), self.expand(layer.values)
+
+
+def can_share(model) -> bool:
+    """Whether rows may share a prompt pass: with gradient checkpointing, transformers turns
+    the cache off in training."""
+    inner = unwrap(model)
+    flag = getattr(inner, "is_activation_checkpointing", None)
+    if flag is None:
+        flag = getattr(inner, "is_gradient_checkpointing", False)
+    return not flag
+
+
+def prefill(model, ids, attn, pos, cache, logits_to_keep: int) -> torch.Tensor:
+    """Forward `ids` into `cache`, each distinct row once, then the cache and the logits
+    copied back to every row."""
+    shared = SharedRows.find(ids, attn) if can_share(model) else None
+    if shared is None:
+        logits = forward(model, ids, attn, pos, cache, logits_to_keep)
+        check_filled(cache, model)
+        return logits
+    i = shared.first
+    logits = forward(model, ids[i], attn[i], pos[i], cache, logits_to_keep)
+    check_filled(cache, model)
+    shared.expand_cache(cache)
+    return shared.expand(logits)
+
+
+def check_filled(cache, model) -> None:
+    # A model that ignored the cache would leave the next pass without its prompt.
+    if cache.get_seq_length() == 0:
+        raise RuntimeError(f"{type(unwrap(model)).__name__} did not fill the KV cache it was given")
