@@ -1,8 +1,9 @@
 """Token-level training dynamics from the RL rollout log (`data/rollouts.parquet`).
 
 The train stage logs one row per question per RL step
-(`grpo_core.training.rollout_log.ROLLOUT_LOG`). This module aggregates that log per step, over all questions and per slice (per level, and per base-model
-difficulty bin when a profile is given), into a tidy table, and the wide per-step tables behind
+(`grpo_core.training.rollout_log.ROLLOUT_LOG`). This module aggregates that log per step, over
+all questions and per slice (per level, and per base-model difficulty bin when a profile is
+given), into a tidy table, and the wide per-step tables behind
 the four classic views (`plot_tables`; drawn by `grpo_core.analysis.figures.token_figure`):
 
 - confidence inflation: the log-prob of correct and of incorrect rollouts rises over training;
@@ -174,9 +175,9 @@ def token_dynamics(log: pa.Table, profile: pa.Table | None = None) -> pa.Table:
     """Per-step token-level dynamics, one row per (step, slice): `TOKENS_SCHEMA`.
 
     `log` is the rollout log (`grpo_core.training.rollout_log.ROLLOUT_LOG`, with or without the
-    optional `update_weight_abs`, `update_weight_mean`, `clip_frac` columns); `profile`, if given, has
-    `id` and `bin` columns (`data/profile.parquet`) and adds by="bin" slices, questions not in
-    it going to bin "unprofiled". Rows are ordered by step, then all / level / bin, then level
+    optional `update_weight_abs`, `update_weight_mean`, `clip_frac` columns); `profile`, if
+    given, has `id` and `bin` columns (`data/profile.parquet`) and adds by="bin" slices,
+    questions not in it going to bin "unprofiled". Rows are ordered by step, then all / level / bin, then level
     number or bin difficulty (unsolved, hard, easy, solved, unprofiled, others by name).
     A missing required column raises `InputError` naming it."""
     _require(log, REQUIRED_COLUMNS, "rollout log")
