@@ -177,9 +177,9 @@ def token_dynamics(log: pa.Table, profile: pa.Table | None = None) -> pa.Table:
     `log` is the rollout log (`grpo_core.training.rollout_log.ROLLOUT_LOG`, with or without the
     optional `update_weight_abs`, `update_weight_mean`, `clip_frac` columns); `profile`, if
     given, has `id` and `bin` columns (`data/profile.parquet`) and adds by="bin" slices,
-    questions not in it going to bin "unprofiled". Rows are ordered by step, then all / level / bin, then level
-    number or bin difficulty (unsolved, hard, easy, solved, unprofiled, others by name).
-    A missing required column raises `InputError` naming it."""
+    questions not in it going to bin "unprofiled". Rows are ordered by step, then all / level /
+    bin, then level number or bin difficulty (unsolved, hard, easy, solved, unprofiled, others
+    by name). A missing required column raises `InputError` naming it."""
     _require(log, REQUIRED_COLUMNS, "rollout log")
     if log.num_rows == 0:
         return TOKENS_SCHEMA.empty_table()
