@@ -38,9 +38,9 @@ def _one_character(answer: str) -> str:
 
 @pytest.fixture
 def toy_domain(monkeypatch) -> str:
-    monkeypatch.setitem(verify.VERIFIERS, "toy", _starts_with_answer)
-    monkeypatch.setitem(verify.GOLD_PARSERS, "toy", _one_character)
-    return "toy"
+    monkeypatch.setitem(verify.VERIFIERS, "recipe_toy", _starts_with_answer)
+    monkeypatch.setitem(verify.GOLD_PARSERS, "recipe_toy", _one_character)
+    return "recipe_toy"
 
 
 def test_a_new_domain_is_verified_and_its_gold_answers_checked(toy_domain):
@@ -54,7 +54,7 @@ def test_a_new_domain_is_verified_and_its_gold_answers_checked(toy_domain):
 
 
 def test_the_toy_entries_are_gone_after_the_test():
-    assert "toy" not in verify.VERIFIERS and "toy" not in verify.GOLD_PARSERS
+    assert "recipe_toy" not in verify.VERIFIERS and "recipe_toy" not in verify.GOLD_PARSERS
     assert "toy_rloo" not in PRESETS and "toy_sums" not in ADAPTERS
 
 
