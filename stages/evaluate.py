@@ -30,7 +30,7 @@ def sample_model(
     cfg, code = params.eval, params.reward.code
     model, tokenizer = load_model(path)
     problems = render_prompts(problems, tokenizer, uses_chat(path))
-    torch.manual_seed(params.seed)
+    torch.manual_seed(params.eval_seed)
     runs = {"sampled": False, "greedy": True} if cfg.greedy else {"sampled": False}
     out: dict[str, list[dict]] = {}
     for run, greedy in runs.items():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 import pyarrow as pa
+import torch
 
 from grpo_core.config.train import TrainStage
 from grpo_core.io import atomic_path, write_json, write_parquet
@@ -34,6 +35,7 @@ def train(params: TrainStage) -> None:
         if code:
             sys.exit(code)
         return
+    torch.manual_seed(params.run_seed)  # `train.seed`, when set, reseeds the run alone
     # Launched: DDP or DeepSpeed ZeRO; with no GPU visible (configs/accelerate/*_cpu2.yaml hide
     # them), over gloo.
     accelerator = make_accelerator() if in_launched_process() else None

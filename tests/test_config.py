@@ -20,22 +20,33 @@ def test_repository_params_yaml_is_valid_and_complete():
 
 
 def test_preset_knobs_are_null_in_params_yaml_so_algo_decides_them():
-    from grpo_core.algorithms.presets import PRESETS
+    from grpo_core.algorithms.presets import _NO_SHAPING, PRESETS, REWARD_PRESETS
 
     with open("params.yaml") as f:
-        train = yaml.safe_load(f)["train"]
-    for key in PRESETS["grpo"]:
+        raw = yaml.safe_load(f)
+    sections = [(raw["train"], key) for key in PRESETS["grpo"]]
+    reward_keys = {*_NO_SHAPING, *(k for preset in REWARD_PRESETS.values() for k in preset)}
+    sections += [(raw["reward"], key) for key in [*reward_keys, "overlong_cache"]]
+    for params, key in sections:
         section, _, leaf = key.rpartition(".")
-        assert (train[section] if section else train)[leaf] is None, key
+        assert (params[section] if section else params)[leaf] is None, key
 
 
 @pytest.mark.parametrize(
     "algo, expected",
     [
         ("grpo", dict(advantage="grpo", loss_agg="token-mean", clip_high=0.2)),
-        ("dr_grpo", dict(advantage="dr_grpo", loss_agg="seq-mean-token-sum-norm")),
-        ("dapo", dict(clip_high=0.28, dynamic_sampling=True, overlong_filter=True)),
+        ("grpo", dict(filter_zero_std=False, dynamic_sampling=False, kl_coef=0.0)),
+        (
+            "dr_grpo",
+            dict(advantage="dr_grpo", loss_agg="seq-mean-token-sum-norm", filter_zero_std=True),
+        ),
+        ("dapo", dict(clip_high=0.28, dynamic_sampling=True, overlong_filter=False)),
+        ("dapo", dict(loss_agg="token-mean", filter_zero_std=False)),
+        ("codapo", {"filter_zero_std": False}),
+        ("oc_grpo", {"filter_zero_std": False}),
         ("codapo", {"codapo.enabled": True, "oc_grpo.mode": "off"}),
+        ("codapo", {"dual_clip": 3.0, "entropy_coef": 0.001}),
         ("oc_grpo", {"oc_grpo.mode": "fixed", "codapo.enabled": False}),
     ],
 )
@@ -53,6 +64,32 @@ def test_a_knob_set_in_params_overrides_the_preset():
         {"algo": "dapo", "train": {"clip_high": 0.4, "codapo": {"enabled": True}}}
     ).train
     assert train.clip_high == 0.4 and train.dynamic_sampling and train.codapo.enabled
+
+
+@pytest.mark.parametrize("algo", ["grpo", "dr_grpo", "dapo", "codapo", "oc_grpo"])
+@pytest.mark.parametrize("budget", [72, 200, 3])
+def test_presets_fill_the_overlong_punishment_dapo_with_a_cache_of_a_fifth_of_the_budget(
+    algo, budget
+):
+    """DAPO's final recipe (sec. 3.4): soft overlong punishment, weight 1, its cache 4,096 of
+    the 20,480-token budget; the other presets leave it off. The cache is 20% of
+    train.max_new_tokens for every preset (it only matters with a weight)."""
+    null = {"weights": {"overlong": None}, "overlong_cache": None}
+    for reward in (null, {}):  # null in params.yaml, or missing
+        params = parse_params({"algo": algo, "train": {"max_new_tokens": budget}, "reward": reward})
+        assert params.reward.weights.overlong == (0.5 if algo == "dapo" else 0.0)
+        assert params.reward.overlong_cache == max(1, round(0.2 * budget))
+        assert params.reward.weights.correct == 1.0 and params.reward.code.workers == 2
+
+
+def test_a_reward_knob_set_in_params_overrides_the_preset():
+    mine = {"weights": {"overlong": 0.5, "format": 0.1}, "overlong_cache": 20}
+    reward = parse_params({"algo": "dapo", "reward": mine}).reward
+    assert (reward.weights.overlong, reward.weights.format, reward.overlong_cache) == (0.5, 0.1, 20)
+    reward = parse_params({"algo": "grpo", "reward": {"weights": {"overlong": 1.0}}}).reward
+    assert (reward.weights.overlong, reward.overlong_cache) == (1.0, 14)
+    reward = parse_params({"algo": "dapo", "reward": {"weights": {"overlong": 0.0}}}).reward
+    assert reward.weights.overlong == 0.0  # an explicit 0 turns DAPO's punishment off
 
 
 @pytest.mark.parametrize(
@@ -79,6 +116,13 @@ def test_a_knob_set_in_params_overrides_the_preset():
             {"reward": {"weights": {"overlong": 1.0}, "overlong_cache": 80}},
             ["reward.overlong_cache (80) must not exceed train.max_new_tokens (72)"],
         ),
+        (
+            {"algo": "dapo", "reward": {"overlong_cache": 80}},
+            ["reward.overlong_cache (80) must not exceed train.max_new_tokens (72)"],
+        ),
+        ({"algo": "dapo", "reward": {"overlong_cache": 0}}, ["reward.overlong_cache"]),
+        ({"algo": "dapo", "reward": {"weights": {"overlong": "x"}}}, ["reward.weights.overlong"]),
+        ({"algo": "dapo", "reward": {"weights": [1.0]}}, ["reward.weights"]),
         ({"reward": {"weights": {"lenght": 1.0}}}, ["reward.weights.lenght: unknown key"]),
     ],
 )
@@ -118,3 +162,16 @@ def test_launch_names_an_accelerate_config_that_exists():
         parse_params({"launch": "ddp_cpu3"})
     with pytest.raises(ParamsError, match="launch"):
         parse_params({"launch": "../params"})
+
+
+def test_train_and_eval_seeds_default_to_the_top_level_seed():
+    from grpo_core.config.core import parse_params as parse_view
+    from grpo_core.config.eval import EvaluateStage
+    from grpo_core.config.train import TrainStage
+
+    assert parse_view({"seed": 3}, TrainStage).run_seed == 3
+    assert parse_view({"seed": 3, "train": {"seed": 7}}, TrainStage).run_seed == 7
+    assert parse_view({"seed": 3}, EvaluateStage).eval_seed == 3
+    assert parse_view({"seed": 3, "eval": {"seed": 0}}, EvaluateStage).eval_seed == 0
+    with pytest.raises(ParamsError, match="train.seed"):
+        parse_params({"train": {"seed": -1}})

@@ -263,6 +263,29 @@ def test_a_lora_target_sweep_is_one_queue_line(repo):
     sh(repo, "dvc", "checkout", "--force")
 
 
+def test_a_training_seed_sweep_retrains_from_cached_upstream_stages(repo):
+    """`train.seed` varies the training run alone: a queued sweep over it runs `train` (and
+    what reads its outputs) once per seed, and takes prepare, base, profile and guide from the
+    cache; different seeds sample different rollouts."""
+    sh(repo, "dvc", "exp", "run", "--queue", "-S", "train.seed=1,2")
+    done = sh(repo, "dvc", "exp", "run", "--run-all")
+    text = done.stdout + done.stderr
+    assert text.count("Running stage 'train'") == 2  # the log holds every stage it ran
+    for stage in ("prepare", "base", "profile", "guide"):
+        assert f"Running stage '{stage}'" not in text, stage
+    import pyarrow.parquet as pq
+
+    rollouts = {}
+    for name in sh(repo, "dvc", "exp", "list", "--name-only").stdout.split():
+        sh(repo, "dvc", "exp", "apply", name)
+        seed = yaml.safe_load((repo / "params.yaml").read_text())["train"]["seed"]
+        if seed in (1, 2):
+            rollouts[seed] = pq.read_table(repo / "data/rollouts.parquet").to_pylist()
+    assert set(rollouts) == {1, 2} and rollouts[1] != rollouts[2]
+    sh(repo, "git", "checkout", "params.yaml")
+    sh(repo, "dvc", "checkout", "--force")
+
+
 def test_a_killed_train_stage_resumes_and_ends_as_an_unbroken_run(repo):
     """SIGKILL `dvc repro` in the middle of `train`; the next `dvc repro` resumes from the last
     checkpoint, and its outputs are byte for byte those of an unbroken run with the same

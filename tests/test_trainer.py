@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -137,10 +139,13 @@ def test_question_sampler_covers_each_epoch():
 
 
 def test_uniform_groups_take_no_step_but_report_every_metric(tokenizer, tiny_model, starts_with_7):
+    """With filter_zero_std (dr_grpo's, and grpo's before issue 16) uniform groups are out of
+    the loss: an all-uniform batch has nothing to learn and takes no step."""
     reference = type(tiny_model)(tiny_model.config)
     reference.load_state_dict(tiny_model.state_dict())
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
-    trainer = GRPOTrainer(tiny_model, tokenizer, _cfg(kl_coef=0.1), reference=reference)
+    cfg = _cfg(kl_coef=0.1, filter_zero_std=True)
+    trainer = GRPOTrainer(tiny_model, tokenizer, cfg, reference=reference)
     torch.manual_seed(0)
     ro = trainer.rollout(starts_with_7).ro
     metrics = trainer.update(ro, torch.zeros(len(ro.texts)))
@@ -289,44 +294,62 @@ def test_oc_grpo_correction_none_and_importance_differ_only_on_guided_tokens(
     assert any(not torch.equal(states["importance"][k], states["none"][k]) for k in states["none"])
 
 
-def test_codapo_reweights_advantages_and_resamples_the_next_batch(
-    tokenizer, tiny_model, monkeypatch
+@pytest.mark.parametrize("guarded", [False, True])
+def test_codapo_reweights_advantages_and_trains_the_selected_questions_next(
+    tokenizer, tiny_model, monkeypatch, guarded
 ):
+    """Step 0 weighs each question's advantages by its value and selects; step 1 trains the
+    selection. The reference: every question at or above the 0.75-quantile, in batch order,
+    in blocks of `copies` cycled until the batch is full. With the guards of the former
+    default (learnable_only, best_first, fresh_fill): the learnable ones, best first,
+    `copies` each, the rest of the batch fresh."""
     from grpo_core.config.train import CodapoParams
 
-    # Question i's rollouts are rewarded with probability ~ i/8 ('digit' reward on a random
-    # model is ~1/3, so use an explicit per-question schedule through the prompt's digit).
+    # Rewards by the completion's length parity: a mix of learnable and uniform groups.
     monkeypatch.setitem(rewards.VERIFIERS, "half", lambda c, answer: float(len(c) % 2 == 0))
-    questions = [Question(f"q{i}", "half", 1, f"Q: {i}+4=?\nA: ", "7") for i in range(8)]
-    cfg = _cfg(prompts_per_step=8, codapo=CodapoParams(enabled=True, quantile=0.75, copies=2))
-    trainer = GRPOTrainer(tiny_model, tokenizer, cfg)
+    questions = [Question(f"q{i}", "half", 1, f"Q: {i}+4=?\nA: ", "7") for i in range(16)]
+    guards = dict(learnable_only=True, best_first=True, fresh_fill=True) if guarded else {}
+    codapo = CodapoParams(enabled=True, quantile=0.75, copies=2, **guards)
+    trainer = GRPOTrainer(tiny_model, tokenizer, _cfg(prompts_per_step=8, codapo=codapo))
     seen = []
     original = trainer.update
     monkeypatch.setattr(
         trainer, "update", lambda ro, rw, **kw: seen.append(kw) or original(ro, rw, **kw)
     )
+    fresh = iter(questions)
+
+    def draw(n):
+        return [next(fresh) for _ in range(n)]
+
     torch.manual_seed(0)
-    metrics, rows = trainer.step(trainer.next_batch(lambda n: questions[:n]))
+    metrics, rows = trainer.step(trainer.next_batch(draw, 0))
     values = torch.tensor([r["value"] for r in rows])
     conf = torch.tensor([r["confidence"] for r in rows])
     diff = torch.tensor([r["difficulty"] for r in rows])
     torch.testing.assert_close(values, conf * 4 * diff * (1 - diff) + 0.1)
     torch.testing.assert_close(seen[0]["adv_weights"], values.repeat_interleave(8))
     assert metrics["codapo/value_mean"] == pytest.approx(float(values.mean()))
-    # The queue: learnable questions at or above the 0.75-quantile, 2 copies each, best first.
-    queue = trainer.resample_queue
-    learnable = (diff > 0) & (diff < 1)
     top = values >= torch.quantile(values, 0.75)
-    expected = [questions[i].id for i in torch.nonzero(top & learnable).flatten().tolist()]
-    assert queue and sorted({q.id for q in queue}) == sorted(expected)
-    assert len(queue) == 2 * len(expected)
-    # The next batch starts with the queue; with alternation it does not resample again.
-    batch = trainer.next_batch(lambda n: questions[:n])
-    assert [q.id for q in batch[: len(queue)]] == [q.id for q in queue] and len(batch) == 8
+    if guarded:
+        top = top & (diff > 0) & (diff < 1)
+    chosen = torch.nonzero(top).flatten().tolist()
+    assert chosen and metrics["codapo/selected_questions"] == len(chosen)
+    ids = [q.id for q in questions[:8]]
+    if guarded:  # best first, 2 groups each, then fresh questions
+        chosen.sort(key=lambda i: -float(values[i]))
+        expected = [ids[i] for i in chosen for _ in range(2)]
+        expected += [q.id for q in questions[8 : 16 - len(expected)]]
+    else:  # batch order, blocks of 2, cycled to 8; no fresh question
+        expected = [ids[chosen[k % len(chosen)]] for k in range(4) for _ in range(2)]
+    batch = trainer.next_batch(draw, 1)
+    assert [q.id for q in batch] == expected
     metrics, rows = trainer.step(batch)
-    assert metrics["codapo/resampled_questions"] == len(queue)
-    assert [r["resampled"] for r in rows] == [True] * len(queue) + [False] * (8 - len(queue))
-    assert trainer.resample_queue == []
+    num_resampled = 2 * len(chosen) if guarded else 8
+    assert metrics["codapo/resampled_questions"] == num_resampled
+    assert [r["resampled"] for r in rows] == [True] * num_resampled + [False] * (8 - num_resampled)
+    assert len(seen[1]["adv_weights"]) == 64  # the value weighting applies on odd steps too
+    # Odd steps select nothing.
+    assert trainer.resample_queue == [] and metrics["codapo/selected_questions"] == 0
 
 
 def test_oc_grpo_mixed_groups_keep_unguided_failures_beside_guided_rollouts(
@@ -346,10 +369,12 @@ def test_oc_grpo_mixed_groups_keep_unguided_failures_beside_guided_rollouts(
     assert metrics["num_rollouts"] == 4 * 8 + 2 * 4 + 2 * 4
     assert [r["reward_mean"] for r in rows] == [0.5] * 4
     assert [r["trained"] for r in rows] == [True] * 4
+    assert all(r["update_weight_abs"] > 0 for r in rows)
     full = GRPOTrainer(tiny_model, tokenizer, _oc(**oc))
     torch.manual_seed(0)
     _, rows = full.step(questions)
-    assert [r["trained"] for r in rows] == [False] * 4  # all-correct guided groups: std 0
+    # all-correct guided groups: std 0, in the loss (the preset keeps them) with weight 0
+    assert [r["update_weight_abs"] for r in rows] == [0.0] * 4
 
 
 def test_the_training_reward_is_the_weighted_sum_and_each_component_is_logged(
@@ -379,6 +404,87 @@ def test_the_training_reward_is_the_weighted_sum_and_each_component_is_logged(
     for name in ("correct", "format", "overlong"):
         assert f"rewards/{name}/mean" in metrics and f"rewards/{name}/std" in metrics
     assert all(0.0 <= r["difficulty"] <= 1.0 for r in rows)
+
+
+class _FixedNextToken(torch.nn.Module):
+    """A 'language model' over a vocabulary of 2 whose next-token logits are `bias` at every
+    position: its distribution at temperature T is softmax(bias / T)."""
+
+    is_gradient_checkpointing = True  # no shared prompt pass (it has no KV cache)
+
+    def __init__(self, bias: list[float]):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.tensor(bias))
+
+    def forward(self, input_ids, **kw):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.bias.expand(*input_ids.shape, -1))
+
+
+def _two_token_rollouts(rows: int = 4, prompt: int = 1, completion: int = 3):
+    from grpo_core.rollout.rollouts import Rollouts
+
+    ids = torch.randint(
+        0, 2, (rows, prompt + completion), generator=torch.Generator().manual_seed(0)
+    )
+    return Rollouts(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        completion_mask=torch.ones(rows, completion, dtype=torch.long),
+        prompt_len=prompt,
+        texts=[""] * rows,
+        truncated=torch.zeros(rows, dtype=torch.bool),
+    )
+
+
+def _entropy_update(coef: float):
+    """One update of the fixed-distribution model with equal rewards (zero advantages, kept in
+    the loss), at temperature 0.5 with logits (ln 3 / 2, 0): p = softmax(ln 3, 0) = (3/4, 1/4).
+    Returns the step metrics and the model."""
+    model = _FixedNextToken([0.5 * math.log(3), 0.0])
+    cfg = _cfg(
+        group_size=2,
+        temperature=0.5,
+        updates_per_batch=1,
+        filter_zero_std=False,
+        entropy_coef=coef,
+        lr=0.1,
+        warmup_steps=0,
+    )
+    trainer = GRPOTrainer(model, None, cfg)
+    return trainer.update(_two_token_rollouts(), torch.ones(4)), model
+
+
+def _entropy_of(model: _FixedNextToken, temperature: float = 0.5) -> float:
+    p = torch.softmax(model.bias.detach() / temperature, -1)
+    return float(-(p * p.log()).sum())
+
+
+def test_the_entropy_bonus_is_the_policys_entropy_at_the_sampling_temperature():
+    # By hand: H(3/4, 1/4) = -(3/4) ln(3/4) - (1/4) ln(1/4) = ln 4 - (3/4) ln 3.
+    h = math.log(4) - 0.75 * math.log(3)
+    metrics, _ = _entropy_update(0.01)
+    assert metrics["entropy"] == pytest.approx(h, rel=1e-6)
+    # Zero advantages: the loss is the bonus alone, -coef x the token-mean entropy.
+    assert metrics["loss"] == pytest.approx(-0.01 * h, rel=1e-6)
+    assert _entropy_update(0.0)[0]["loss"] == 0.0
+
+
+def test_the_entropy_bonus_raises_entropy_and_is_not_computed_when_off(monkeypatch):
+    from grpo_core.training import update
+
+    h = math.log(4) - 0.75 * math.log(3)
+    _, model = _entropy_update(0.01)
+    assert _entropy_of(model) > h + 1e-3  # the step moved the policy toward uniform
+    calls = []
+    original = update.token_logprobs
+    monkeypatch.setattr(
+        update, "token_logprobs", lambda *a, **kw: calls.append(kw) or original(*a, **kw)
+    )
+    _, model = _entropy_update(0.0)
+    assert calls and not any(kw.get("with_entropy") for kw in calls)  # the same update as before
+    torch.testing.assert_close(model.bias.detach(), torch.tensor([0.5 * math.log(3), 0.0]))
 
 
 def test_update_weights_are_advantage_times_ratio_where_not_clipped():
@@ -496,17 +602,20 @@ def test_lora_targets_the_model_lacks_are_named(tiny_model, kw, message):
 def test_a_run_resumed_from_its_state_ends_where_an_unbroken_run_ends(
     tokenizer, tiny_model, starts_with_7
 ):
-    """Stop after 2 of 4 steps, rebuild everything from the saved weights and state dicts,
-    continue: the weights match an unbroken 4-step run bit for bit."""
+    """Stop after 3 of 4 steps, rebuild everything from the saved weights and state dicts,
+    continue: the weights match an unbroken 4-step run bit for bit. CoDaPO: step 2 (even)
+    selected the batch of step 3 (odd), so its queue and the step's parity are part of the
+    state; with the preset's entropy bonus and dual clip."""
     import copy
 
-    cfg = _cfg(steps=4, codapo={"enabled": True})  # CoDaPO: its queue is part of the state
+    cfg = _cfg(steps=4, codapo={"enabled": True}, entropy_coef=0.001, dual_clip=3.0)
     unbroken = copy.deepcopy(tiny_model)
     run(GRPOTrainer(unbroken, tokenizer, cfg), starts_with_7, steps=4, seed=3)
 
     first = copy.deepcopy(tiny_model)
     trainer, sampler = GRPOTrainer(first, tokenizer, cfg), QuestionSampler(8, 3)
-    run(trainer, starts_with_7, steps=2, seed=3, sampler=sampler)
+    run(trainer, starts_with_7, steps=3, seed=3, sampler=sampler)
+    assert len(trainer.resample_queue) == 8  # the odd step's batch, all selected questions
     weights = {k: v.clone() for k, v in first.state_dict().items()}
     state, sampler_state = copy.deepcopy(trainer.state_dict()), sampler.state_dict()
     del first, trainer, sampler
@@ -516,7 +625,7 @@ def test_a_run_resumed_from_its_state_ends_where_an_unbroken_run_ends(
     trainer, sampler = GRPOTrainer(second, tokenizer, cfg), QuestionSampler(8, 3)
     trainer.load_state_dict(state, starts_with_7)
     sampler.load_state_dict(sampler_state)
-    run(trainer, starts_with_7, steps=4, seed=3, sampler=sampler, start=2)
+    run(trainer, starts_with_7, steps=4, seed=3, sampler=sampler, start=3)
     for key, value in unbroken.state_dict().items():
         assert torch.equal(value, second.state_dict()[key]), key
     assert not torch.equal(value, tiny_model.state_dict()[key])  # it did train

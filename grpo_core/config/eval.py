@@ -12,6 +12,11 @@ from grpo_core.config.sampling import SamplingParams
 class EvalParams(SamplingParams):
     """`evaluate` stage: how base and policy are scored on the held-out split."""
 
+    seed: Seed | None = Field(
+        None,
+        description="Seed of evaluation sampling alone; null: the top-level `seed`. Varying it "
+        "re-scores the same base and policy with other samples.",
+    )
     samples: PositiveInt = Field(4, description="k samples per question (avg@k, pass@k).")
     temperature: PositiveFloat = Field(1.0, description="Sampling temperature, as papers report.")
     pass_at: list[PositiveInt] = Field(default=[4], description="k values reported as pass@k.")
@@ -33,3 +38,8 @@ class EvaluateStage(StageParams):
     seed: Seed = 0
     eval: EvalParams = EvalParams()
     reward: CodeRewardView = CodeRewardView()
+
+    @property
+    def eval_seed(self) -> int:
+        """The evaluation's seed: `eval.seed`, or the top-level `seed` when it is null."""
+        return self.seed if self.eval.seed is None else self.eval.seed

@@ -20,7 +20,9 @@ class RewardWeights(Section):
     overlong: float = Field(
         0.0,
         description="DAPO's soft overlong punishment (0 down to -1 over the last "
-        "`reward.overlong_cache` tokens of the budget); DAPO uses 1.",
+        "`reward.overlong_cache` tokens of the budget). Null in params.yaml: the `algo` "
+        "preset's value (grpo_core.algorithms.presets.REWARD_PRESETS): 0.5 for dapo (DAPO "
+        "sec. 3.4's weight 1 on a +1/-1 correctness reward, for our 1/0), 0 for the others.",
     )
 
 
@@ -30,7 +32,9 @@ class RewardParams(Section):
     code: CodeRewardParams = CodeRewardParams()
     weights: RewardWeights = RewardWeights()
     overlong_cache: PositiveInt = Field(
-        16,
+        14,
         description="L_cache of the overlong punishment: completions longer than "
-        "max_new_tokens - overlong_cache tokens are penalised linearly.",
+        "max_new_tokens - overlong_cache tokens are penalised linearly. Null in params.yaml: "
+        "20% of train.max_new_tokens, as DAPO's 4,096 of 20,480 tokens (14 of the default 72; "
+        "grpo_core.algorithms.presets.overlong_cache).",
     )

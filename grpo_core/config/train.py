@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from grpo_core.algorithms.presets import ALGOS, apply_preset
+from grpo_core.algorithms.presets import ALGOS, apply_preset, apply_reward_preset
 from grpo_core.config.core import Fractions, PositiveFloat, PositiveInt, Section, Seed, StageParams
 from grpo_core.config.launch import Launch
 from grpo_core.config.reward import RewardParams
@@ -52,7 +52,10 @@ class LoraParams(Section):
 
 class CodapoParams(Section):
     """CoDaPO: a per-question value from rollout confidence and empirical difficulty scales
-    the question's advantages, and high-value, learnable questions are resampled."""
+    the question's advantages, and steps alternate: an even step (0, 2, ...) trains a fresh
+    batch and selects its high-value questions, the odd step after it trains a batch made only
+    of them (the reference, tmlr-group/CoDaPO). The guards below change that rule; all off by
+    default."""
 
     enabled: bool = Field(False, description="Set by `algo: codapo`; null in params.yaml.")
     value: Literal["confidence_difficulty", "difficulty", "confidence"] = Field(
@@ -65,22 +68,49 @@ class CodapoParams(Section):
     offset: Annotated[float, Field(ge=0)] = Field(
         0.1, description="Added to every value, so no question's advantages vanish entirely."
     )
-    reweight: bool = Field(True, description="Multiply each question's advantages by its value.")
+    reweight: bool = Field(
+        True, description="Multiply each question's advantages by its value (every step)."
+    )
     resample: bool = Field(
-        True, description="Repeat high-value, learnable questions in the next mini-batch."
+        True,
+        description="The alternating schedule: after each even step's update select questions, "
+        "and train the odd step on a batch of them. false: every step a fresh batch (the "
+        "value weighting alone).",
     )
     quantile: Annotated[float, Field(ge=0, le=1)] = Field(
         0.75,
-        description="Questions whose value is at or above this quantile of the batch's "
-        "values (and that are learnable: 0 < accuracy < 1) are resampled.",
+        description="An even step selects the questions whose value is at or above this "
+        "quantile of the batch's values (linear interpolation), in batch order, whatever their "
+        "difficulty: when most of the batch is always solved the quantile is the offset and "
+        "those are selected too; when all values are equal, all are.",
     )
     copies: PositiveInt = Field(
-        4, description="Groups (fresh rollouts each) per resampled question in the next batch."
+        4,
+        description="The odd batch cycles through the selected questions in blocks of this "
+        "many groups (fresh rollouts each) until prompts_per_step: 4 selected of 16 give 4 "
+        "each, 2 give 8 each, and beyond prompts_per_step / copies selected the last get none "
+        "(the reference's repeat_count). With fresh_fill: the groups per selected question.",
     )
-    alternate: bool = Field(
-        True,
-        description="A batch made of resampled questions does not itself trigger resampling, "
-        "so resampled and fresh batches alternate and the run keeps seeing new questions.",
+    learnable_only: bool = Field(
+        False,
+        description="Guard: select only learnable questions (0 < group accuracy < 1); an "
+        "always- or never-solved group carries no gradient, whatever its value.",
+    )
+    skip_uniform: bool = Field(
+        False,
+        description="Guard: select nothing when all of the batch's values are equal (no "
+        "question stands out); the odd step then trains a fresh batch.",
+    )
+    best_first: bool = Field(
+        False,
+        description="Guard: order the selected questions by value, highest first, instead of "
+        "batch order, so a full odd batch holds the best ones rather than the first ones.",
+    )
+    fresh_fill: bool = Field(
+        False,
+        description="Guard: the odd batch gives each selected question `copies` groups once "
+        "(no cycling) and fills the rest of prompts_per_step with fresh questions, so the run "
+        "keeps seeing new questions on odd steps.",
     )
 
 
@@ -125,6 +155,13 @@ class OffContextParams(Section):
 class TrainParams(TrainSelection):
     """`train` stage: the RL loop."""
 
+    seed: Seed | None = Field(
+        None,
+        description="Seed of the training run alone: question order, rollout sampling, LoRA "
+        "and other initialisation; null: the top-level `seed`. A sweep over it (dvc exp run "
+        "--queue -S train.seed=0,1,2) retrains from the same data, base, profile and guides, "
+        "all taken from the cache.",
+    )
     curriculum: Literal["all", "learnable", "easy", "hard", "unsolved"] = Field(
         "all",
         description="Which of those questions to train on, by the base model's pass rate p in "
@@ -181,7 +218,9 @@ class TrainParams(TrainSelection):
         0.2, description="Ratio clip above: 1 + clip_high (DAPO's clip-higher raises this)."
     )
     dual_clip: Annotated[float, Field(gt=1)] | None = Field(
-        None, description="Dual clip c > 1: bound negative-advantage token losses by -c*A."
+        None,
+        description="Dual clip c > 1: bound negative-advantage token losses by -c*A; null: "
+        "none. A preset knob: codapo sets 3.0 (verl's clip_ratio_c).",
     )
     advantage: Literal["grpo", "dr_grpo", "batch_norm", "rloo"] = Field(
         "grpo",
@@ -200,10 +239,21 @@ class TrainParams(TrainSelection):
     kl_coef: Annotated[float, Field(ge=0)] = Field(
         0.0, description="Weight of the k3 KL to the reference model; 0 skips the reference."
     )
+    entropy_coef: Annotated[float, Field(ge=0)] = Field(
+        0.0,
+        description="Entropy bonus: the loss subtracts entropy_coef x the current policy's "
+        "per-token entropy at the sampling temperature, aggregated as the policy loss "
+        "(verl's entropy_coeff; 0: not computed). A preset knob: codapo sets 0.001.",
+    )
     filter_zero_std: bool = Field(
-        True,
-        description="Leave groups whose rewards are all equal out of the loss. Their advantage "
-        "is 0, so they only dilute the token-mean; DAPO's dynamic sampling without refill.",
+        False,
+        description="Leave groups whose rewards are all equal (advantage 0) out of the loss "
+        "entirely: out of its denominator (the token count of token-mean, the sequence count "
+        "of the seq-mean modes), of the KL and entropy terms, of frac_sequences_trained and of "
+        "the clip ratios' token count; DAPO's dynamic sampling without refill. A preset knob: "
+        "true for dr_grpo only. false (TRL, verl): they count like every other sequence; their "
+        "forward and backward are still skipped where that cannot change the update (kl_coef "
+        "and entropy_coef 0), and they count as trained.",
     )
     dynamic_sampling: bool = Field(
         False,
@@ -233,15 +283,26 @@ class TrainParams(TrainSelection):
 Algo = Annotated[
     Literal[ALGOS],  # type: ignore[valid-type]
     Field(
-        description="Algorithm preset (grpo_core.algorithms.presets): fills the null train knobs."
+        description="Algorithm preset (grpo_core.algorithms.presets): fills the null train "
+        "knobs and reward.weights.overlong."
     ),
 ]
 
 
+def _budget(train: dict) -> int:
+    """`train.max_new_tokens` of a raw (not yet validated) `train` section, or its default
+    when missing or invalid (validation then reports it)."""
+    budget = train.get("max_new_tokens")
+    if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
+        return budget
+    return TrainParams.model_fields["max_new_tokens"].default
+
+
 class TrainChecks(StageParams):
     """What a view holding `algo`, `train` and `reward` checks across them: the `algo` preset
-    fills the null `train` knobs before validation, and the overlong punishment's cache fits in
-    the generation budget."""
+    fills the null `train` knobs and the null `reward` shaping knobs (`reward.weights.overlong`,
+    and `reward.overlong_cache` from `train.max_new_tokens`) before validation, and the
+    overlong punishment's cache fits in the generation budget."""
 
     @model_validator(mode="after")
     def _overlong_cache_within_budget(self):
@@ -256,8 +317,12 @@ class TrainChecks(StageParams):
     @classmethod
     def _apply_algo_preset(cls, raw: object) -> object:
         if isinstance(raw, dict) and isinstance(raw.get("train", {}), dict):
-            train = apply_preset(raw.get("algo", "grpo"), raw.get("train") or {})
-            return {**raw, "train": train}
+            algo = raw.get("algo", "grpo")
+            train = apply_preset(algo, raw.get("train") or {})
+            raw = {**raw, "train": train}
+            if isinstance(raw.get("reward", {}), dict):
+                reward = raw.get("reward") or {}
+                raw["reward"] = apply_reward_preset(algo, reward, _budget(train))
         return raw
 
 
@@ -269,3 +334,8 @@ class TrainStage(TrainChecks):
     train: TrainParams = TrainParams()
     reward: RewardParams = RewardParams()
     launch: Launch = "cpu"
+
+    @property
+    def run_seed(self) -> int:
+        """The training run's seed: `train.seed`, or the top-level `seed` when it is null."""
+        return self.seed if self.train.seed is None else self.train.seed

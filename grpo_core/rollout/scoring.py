@@ -25,9 +25,12 @@ def token_logprobs(
     prompt_len: int,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (B, T) of the completion tokens under `model` at `temperature`, and
-    optionally the per-token entropy (no gradient). The LM head runs on the positions that
+    optionally the per-token entropy of the model's distribution at `temperature` (as verl's
+    `entropy_from_logits` of the scaled logits), without gradient unless `entropy_grad` (an
+    entropy bonus in the loss). The LM head runs on the positions that
     predict completion tokens only, so nothing of size (B, P + T, V) is ever made.
 
     Rows with the same prompt (a group) share it: each distinct prompt is run once and its KV
@@ -58,7 +61,7 @@ def token_logprobs(
     logp = logp_all.gather(-1, targets).squeeze(-1)
     entropy = None
     if with_entropy:
-        with torch.no_grad():
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
 

@@ -58,7 +58,7 @@ def run(
         def draw(n: int) -> list[Question]:
             return [questions[i] for i in sampler.next(n)]
 
-        metrics, rows = trainer.step(trainer.next_batch(draw), more=draw)
+        metrics, rows = trainer.step(trainer.next_batch(draw, step), more=draw)
         bar.set_postfix(reward=f"{metrics['reward']:.3f}", entropy=f"{metrics['entropy']:.3f}")
         if on_step is not None:
             on_step(step, metrics, rows)
@@ -87,7 +87,7 @@ def train_policy(
     process.barrier()
     if not process.is_main:
         resume = load_resume(fingerprint, clean=False, rank=process.rank)
-    sampler = QuestionSampler(len(questions), params.seed)
+    sampler = QuestionSampler(len(questions), params.run_seed)
     history: list[dict] = []  # step metrics
     log_rows: list[dict] = []
     start = 0
@@ -125,7 +125,7 @@ def train_policy(
                 save_resume(fingerprint, done, trainer, sampler, history, log_rows, process.barrier)
                 process.barrier()
 
-        run(trainer, questions, cfg.steps, params.seed, on_step, sampler=sampler, start=start)
+        run(trainer, questions, cfg.steps, params.run_seed, on_step, sampler=sampler, start=start)
     return policy, log_rows
 
 
@@ -138,7 +138,7 @@ def _backend(params: TrainStage, tokenizer):
         BASE_MODEL,
         tokenizer,
         gpu_memory_utilization=params.train.vllm_gpu_memory_utilization,
-        seed=params.seed,
+        seed=params.run_seed,
     )
 
 

@@ -12,10 +12,11 @@ import torch
 from grpo_core.algorithms.advantages import get_advantage, group_reward_std
 from grpo_core.algorithms.codapo import (
     VALUE_FUNCTIONS,
+    focused_batch,
     question_confidence,
     question_difficulty,
-    resampled_batch,
-    select_for_resampling,
+    select_questions,
+    selects_on,
 )
 from grpo_core.algorithms.losses import masked_mean
 from grpo_core.config.reward import RewardParams
@@ -86,9 +87,11 @@ class GRPOTrainer:
             self.scheduler,
             self.reference,
         )
-        # CoDaPO: questions chosen after the last update, to open the next mini-batch.
+        # CoDaPO: the odd batch the last even step selected (`next_batch`, `queue_resampling`).
         self.resample_queue: list[Question] = []
         self.num_resampled = 0  # how many of the current batch's questions were resampled
+        self.selects = True  # whether this step selects (CoDaPO: its index is even)
+        self.num_selected = 0  # how many questions this step selected
 
     @property
     def is_main(self) -> bool:
@@ -129,8 +132,10 @@ class GRPOTrainer:
             token_weights=_pick(token_weights, rows),
         )
         metrics["entropy"] = float(masked_mean(entropy, ro.completion_mask))
-        # CoDaPO: the questions that open the next batch.
+        # CoDaPO: on even steps, select the questions of the next (odd) step's batch.
         self.queue_resampling(questions, values, difficulty)
+        if self.cfg.codapo.enabled:
+            metrics["codapo/selected_questions"] = float(self.num_selected)
         # Log one row per question sampled.
         advantages = self.advantage_fn(rewards, g, epsilon=self.cfg.adv_epsilon)
         if adv_weights is not None:
@@ -150,9 +155,18 @@ class GRPOTrainer:
         )
 
     # ---- sampling ---------------------------------------------------------------------
-    def next_batch(self, draw: Callable[[int], list[Question]]) -> list[Question]:
-        """The next mini-batch: CoDaPO's resampled questions first, then fresh draws."""
+    def next_batch(self, draw: Callable[[int], list[Question]], step: int) -> list[Question]:
+        """Step `step`'s batch: `prompts_per_step` fresh questions from `draw`, except on
+        CoDaPO's odd steps, whose batch is what the even step before selected (`focused_batch`:
+        every selected question in blocks of `copies`, cycling until the batch is full). With
+        `fresh_fill`, or when the guards left nothing selected, fresh draws fill the rest.
+
+        The step's parity alone decides (`selects_on`), so a resumed run needs only the queue
+        and the step index."""
         queue, self.resample_queue = self.resample_queue, []
+        self.selects = selects_on(step)
+        if self.selects:  # an even step trains a fresh batch
+            queue = []
         self.num_resampled = len(queue)
         return queue + draw(self.cfg.prompts_per_step - len(queue))
 
@@ -234,9 +248,11 @@ class GRPOTrainer:
         return token_weights, metrics | tis
 
     def trained_groups(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Which groups train, and with dynamic sampling the rows of the first
-        `prompts_per_step` informative ones (None: the update takes every row and leaves
-        out the uniform groups itself, as filter_zero_std says)."""
+        """Which groups are in the loss (its denominators; `trained` in data/rollouts.parquet),
+        and with dynamic sampling the rows of the first `prompts_per_step` informative ones
+        (None: the update takes every row, and leaves out the uniform groups itself with
+        filter_zero_std; without it they are in the loss, and update.py skips their forward
+        and backward where that changes nothing)."""
         cfg, g = self.cfg, self.cfg.group_size
         trained = torch.ones(len(rewards) // g, dtype=torch.bool, device=rewards.device)
         if cfg.filter_zero_std or cfg.dynamic_sampling:
@@ -253,15 +269,29 @@ class GRPOTrainer:
     def queue_resampling(
         self, questions: list[Question], values: torch.Tensor | None, difficulty: torch.Tensor
     ) -> None:
-        """CoDaPO: the questions that open the next mini-batch (not right after a resampled
-        one with `alternate`)."""
+        """CoDaPO, after an even step's update: select its questions (`select_questions`)
+        and queue the odd step's batch made of them (`focused_batch`). Odd steps select
+        nothing."""
         codapo = self.cfg.codapo
-        if codapo.enabled and codapo.resample and not (codapo.alternate and self.num_resampled):
-            chosen = select_for_resampling(values, difficulty, codapo.quantile)
-            positions = resampled_batch(
-                [q.id for q in questions], chosen, codapo.copies, self.cfg.prompts_per_step
+        self.num_selected = 0
+        if codapo.enabled and codapo.resample and self.selects:
+            chosen = select_questions(
+                values,
+                difficulty,
+                codapo.quantile,
+                learnable_only=codapo.learnable_only,
+                skip_uniform=codapo.skip_uniform,
+                best_first=codapo.best_first,
+            )
+            positions = focused_batch(
+                [q.id for q in questions],
+                chosen,
+                codapo.copies,
+                self.cfg.prompts_per_step,
+                cycle=not codapo.fresh_fill,
             )
             self.resample_queue = [questions[i] for i in positions]
+            self.num_selected = len(chosen)
 
     # ---- the update -------------------------------------------------------------------
     def update(
@@ -288,7 +318,8 @@ class GRPOTrainer:
     # ---- state (resume) ---------------------------------------------------------------
     def state_dict(self) -> dict:
         """What a resumed run needs besides the weights: optimizer and scheduler state, and
-        CoDaPO's queue (by question id). Under DeepSpeed the optimizer state is this process's
+        CoDaPO's queue (by question id; the schedule's phase is the parity of the step index,
+        which `next_batch` is given). Under DeepSpeed the optimizer state is this process's
         ZeRO shard (`parallel.DeepSpeedZeRO.optimizer_extras`)."""
         state = {
             "optimizer": self.optimizer.state_dict(),

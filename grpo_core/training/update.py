@@ -1,6 +1,7 @@
 """The clipped policy-gradient update on one rollout batch: `updates_per_batch` optimizer steps,
 each over micro-batches of the trained rows, with the loss of grpo_core.algorithms.losses, an
-optional KL term to the reference, and each process training its share (parallel.py)."""
+optional KL term to the reference and entropy bonus, and each process training its share
+(parallel.py)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def update_weights(out, advantages: torch.Tensor, dual_clip: float | None) -> to
 @dataclass
 class Update:
     """What one update did: its step metrics, per row of the batch the `ROW_STATS` (0 where
-    not trained), and the rows this process trained."""
+    not trained; a row in the loss whose forward and backward were skipped has its tokens and
+    0 for the rest, what running it would have given), and the rows this process ran forward
+    and backward."""
 
     metrics: dict[str, float]
     row_stats: dict[str, torch.Tensor]
@@ -46,8 +49,9 @@ class Update:
 
 @dataclass
 class TrainedRows:
-    """The trained rows of a batch, cut to as many completion columns as they use, with the
-    whole batch's counts that every process divides its loss by."""
+    """The rows of a batch that run forward and backward, cut to as many completion columns
+    as they use, with the counts of every row in the loss (skipped ones included) that every
+    process divides its loss by."""
 
     kept: torch.Tensor  # (N,) their row indices in the batch, increasing
     ids: torch.Tensor
@@ -67,20 +71,29 @@ def trained_rows(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     token_weights: torch.Tensor | None,
+    skip: torch.Tensor | None = None,
 ) -> TrainedRows:
-    cmask = loss_mask[keep]
+    """The rows `keep` (B,) of the batch are in the loss: its denominators count their tokens
+    and sequences. Those also in `skip` (B,), whose forward and backward would add exactly
+    nothing, do not run; if that leaves none, the first row of `keep` runs alone, so that the
+    optimizer still steps (on zero gradients) as it would with every row."""
+    num_tokens = float(loss_mask[keep].sum())
+    num_seqs = float(keep.sum())
+    run = keep if skip is None else keep & ~skip
+    if not run.any():
+        run = torch.zeros_like(keep)
+        run[torch.nonzero(keep)[0]] = True
+    cmask = loss_mask[run]
     width = int(cmask.sum(1).max())
     p = ro.prompt_len
-    ids = ro.input_ids[keep][:, : p + width]
-    attn = ro.attention_mask[keep][:, : p + width]
+    ids = ro.input_ids[run][:, : p + width]
+    attn = ro.attention_mask[run][:, : p + width]
     cmask = cmask[:, :width]
-    old = old_logp[keep][:, :width]
-    adv = advantages[keep]
+    old = old_logp[run][:, :width]
+    adv = advantages[run]
     if token_weights is not None:
-        adv = adv.unsqueeze(1) * token_weights[keep][:, :width]
-    num_tokens = float(cmask.sum())
-    num_seqs = float(len(adv))
-    kept = torch.nonzero(keep).flatten()
+        adv = adv.unsqueeze(1) * token_weights[run][:, :width]
+    kept = torch.nonzero(run).flatten()
     return TrainedRows(kept, ids, attn, p, cmask, old, adv, num_tokens, num_seqs)
 
 
@@ -90,6 +103,10 @@ class PolicyUpdate:
 
     `reference` is None when kl_coef is 0 or with LoRA, where the reference is the policy with
     its adapters disabled."""
+
+    # Skip the forward and backward of rows in the loss whose advantage is 0 on every token,
+    # where that cannot change the update (`zero_advantage_rows`). False runs them (a check).
+    skip_zero_advantage = True
 
     def __init__(
         self,
@@ -149,6 +166,7 @@ class PolicyUpdate:
         if cfg.overlong_filter:
             loss_mask = loss_mask * (~ro.truncated).unsqueeze(1)
             keep = keep & (loss_mask.sum(dim=1) > 0)
+        # `keep`: the rows in the loss (its denominators, KL and entropy terms, clip ratios).
         metrics = {
             "loss": 0.0,
             "grad_norm": 0.0,
@@ -160,7 +178,8 @@ class PolicyUpdate:
         if not keep.any():
             return Update(self._nothing_to_learn(ro, old_logp, metrics), row_stats, [])
 
-        batch = trained_rows(ro, keep, loss_mask, old_logp, advantages, token_weights)
+        skip = self.zero_advantage_rows(keep, loss_mask, advantages, token_weights)
+        batch = trained_rows(ro, keep, loss_mask, old_logp, advantages, token_weights, skip)
         lo, hi = self.parallel.train_share(batch.kept, cfg.group_size)
         mine = batch.kept[lo:hi].tolist()
         chunks = [
@@ -171,11 +190,44 @@ class PolicyUpdate:
         sums, rows = self.parallel.all_reduce_sum(sums), self.parallel.all_reduce_sum(rows)
         for k, v in rows.items():
             row_stats[k][batch.kept] = v
+        # Skipped rows: in the loss with weight 0 and nothing clipped, over their tokens.
+        skipped = keep.clone()
+        skipped[batch.kept] = False
+        row_stats["tokens"][skipped] = (
+            loss_mask[skipped].sum(dim=1).to(zeros.dtype) * cfg.updates_per_batch
+        )
         return Update(self._metrics(metrics, sums, rows, batch.num_tokens), row_stats, mine)
 
+    def zero_advantage_rows(
+        self,
+        keep: torch.Tensor,
+        loss_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        token_weights: torch.Tensor | None,
+    ) -> torch.Tensor | None:
+        """(B,) the rows of `keep` whose forward and backward can be skipped without changing
+        the update, or None. A row whose advantage (with its weights) is 0 on every loss token
+        adds exactly 0 to the clipped surrogate's gradient; it still counts in the denominators
+        (`trained_rows`), so the other rows' gradients are unchanged. Not when the loss has a
+        term that such a row feeds (kl_coef or entropy_coef > 0), nor with filter_zero_std,
+        which keeps its own rows as it always has."""
+        cfg = self.cfg
+        if (
+            not self.skip_zero_advantage
+            or cfg.filter_zero_std
+            or cfg.kl_coef != 0
+            or (getattr(cfg, "entropy_coef", 0.0) or 0.0) != 0
+        ):
+            return None
+        if token_weights is None:
+            return keep & (advantages == 0)
+        weighted = advantages.unsqueeze(1) * token_weights
+        return keep & ~((weighted != 0) & loss_mask.bool()).any(dim=1)
+
     def _nothing_to_learn(self, ro: Rollouts, old_logp: torch.Tensor, metrics: dict) -> dict:
-        """Every group uniform: no optimizer step, but the same metric keys, so every curve
-        has a point at every step."""
+        """No row in the loss (every group uniform with filter_zero_std or dynamic sampling,
+        or every row overlong-filtered): no optimizer step, but the same metric keys, so every
+        curve has a point at every step."""
         ref_logp = self.reference_logprobs(ro.input_ids, ro.attention_mask, ro.prompt_len)
         if ref_logp is not None:
             kl = self.kl_fn(old_logp, ref_logp)
@@ -226,14 +278,23 @@ class PolicyUpdate:
         """Forward and backward of the rows `c`; adds to `sums` and `rows`."""
         cfg = self.cfg
         m = batch.cmask[c]
+        bonus = cfg.entropy_coef > 0
         with self.parallel.no_sync() if not last else nullcontext():
-            logp, _ = token_logprobs(
-                self.policy, batch.ids[c], batch.attn[c], batch.prompt_len, cfg.temperature
+            logp, entropy = token_logprobs(
+                self.policy,
+                batch.ids[c],
+                batch.attn[c],
+                batch.prompt_len,
+                cfg.temperature,
+                with_entropy=bonus,
+                entropy_grad=bonus,
             )
             out = self.policy_loss(
                 logp, batch.old[c], batch.adv[c], cfg.clip_low, cfg.clip_high, cfg.dual_clip
             )
             per_token = out.per_token
+            if bonus:  # verl: pg_loss - entropy_coeff * agg_loss(entropy), the same aggregation
+                per_token = per_token - cfg.entropy_coef * entropy
             if ref_logp is not None:
                 kl = self.kl_fn(logp, ref_logp)
                 per_token = per_token + cfg.kl_coef * kl
