@@ -143,6 +143,18 @@ def make_trainer(
     return trainer
 
 
+def trl_batch(prompt_ids, prompt_mask, completion_ids, completion_mask, pad: int) -> dict:
+    """The inputs of TRL's `_compute_loss`, padding filled with `pad`."""
+    return {
+        "prompt_ids": prompt_ids.masked_fill(prompt_mask == 0, pad),
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids.masked_fill(completion_mask == 0, pad),
+        "completion_mask": completion_mask,
+        # TRL: the generation batch's token count, gathered over processes (dapo's normaliser)
+        "num_items_in_batch": completion_mask.sum(),
+    }
+
+
 def make_batch(tokenizer, trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
     """A hand-built batch in the layout `_generate_and_score_completions` hands `_compute_loss`."""
     g = torch.Generator().manual_seed(1234)
@@ -156,14 +168,7 @@ def make_batch(tokenizer, trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
     prompt_ids = torch.randint(first, len(tokenizer), (BATCH, prompt_len), generator=g)
     completion_ids = torch.randint(first, len(tokenizer), (BATCH, width), generator=g)
 
-    batch = {
-        "prompt_ids": prompt_ids.masked_fill(prompt_mask == 0, pad),
-        "prompt_mask": prompt_mask,
-        "completion_ids": completion_ids.masked_fill(completion_mask == 0, pad),
-        "completion_mask": completion_mask,
-        # TRL: the generation batch's token count, gathered over processes (dapo's normaliser)
-        "num_items_in_batch": completion_mask.sum(),
-    }
+    batch = trl_batch(prompt_ids, prompt_mask, completion_ids, completion_mask, pad)
     with torch.no_grad():
         logp, _ = our_logprobs(trainer.model, batch)
     # both signs, and not zero-mean, so that the losses are O(1) and 1e-6 is a tight bound
@@ -324,13 +329,7 @@ def make_group_batch(tokenizer, model, reference, group_rewards) -> tuple[dict, 
     prompts = torch.randint(first, len(tokenizer), (GROUPS, prompt_len), generator=g)
     prompt_ids = prompts.repeat_interleave(NUM_GENERATIONS, dim=0)
     completion_ids = torch.randint(first, len(tokenizer), (ROWS, width), generator=g)
-    batch = {
-        "prompt_ids": prompt_ids.masked_fill(prompt_mask == 0, pad),
-        "prompt_mask": prompt_mask,
-        "completion_ids": completion_ids.masked_fill(completion_mask == 0, pad),
-        "completion_mask": completion_mask,
-        "num_items_in_batch": completion_mask.sum(),
-    }
+    batch = trl_batch(prompt_ids, prompt_mask, completion_ids, completion_mask, pad)
     rewards = torch.tensor(group_rewards, dtype=torch.float32).flatten()
     batch["advantages"] = trl_advantages(rewards)
     with torch.no_grad():
