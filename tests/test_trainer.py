@@ -635,3 +635,12 @@ def test_sampler_state_must_match_the_question_pool():
     state = QuestionSampler(5, seed=0).state_dict()
     with pytest.raises(ValueError, match="for 5 questions, not 6"):
         QuestionSampler(6, seed=0).load_state_dict(state)
+
+
+def test_dapo_informative_groups_are_those_both_solved_and_failed():
+    """DAPO eq. 11 counts correct answers, not distinct rewards: an all-correct group whose
+    overlong punishment makes its rewards differ is not informative."""
+    from grpo_core.training.trainer import mixed_accuracy
+
+    solved = torch.tensor([1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0], dtype=torch.bool)
+    assert mixed_accuracy(solved, 4).tolist() == [False, True, False]

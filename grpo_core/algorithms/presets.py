@@ -17,7 +17,7 @@ params spend the same rollout budget, except where the algorithm itself draws mo
   of the loss (`filter_zero_std`), as grpo-lab has always trained it.
 - `dapo`: DAPO (Yu et al., 2025), its final recipe (sec. 3): clip-higher (0.2 / 0.28),
   token-mean, dynamic sampling (uniform groups dropped, refilled with informative ones) and the
-  soft overlong punishment (sec. 3.4, eq. 13: `reward.weights.overlong` 1.0, the cache 20% of
+  soft overlong punishment (sec. 3.4, eq. 13: `reward.weights.overlong` 0.5, the cache 20% of
   the budget as DAPO's 4,096 of 20,480 tokens); overlong filtering stays an option, off.
 - `codapo`: CoDaPO (tmlr-group/CoDaPO, on verl): GRPO whose advantages are scaled by a
   per-question value from rollout confidence and empirical difficulty, on alternating steps: a

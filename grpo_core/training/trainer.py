@@ -32,6 +32,15 @@ from grpo_core.training.sampling import GroupSampler, backend_token_weights
 from grpo_core.training.update import PolicyUpdate
 
 
+def mixed_accuracy(solved: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(num_groups,) bool: groups with both solved and failed completions, DAPO's informative
+    groups (eq. 11: 0 < |{o_i correct}| < G; verl's `filter_groups.metric: acc`). By the
+    verifier, not the shaped reward: the overlong punishment makes an all-correct group's
+    rewards differ without giving it a right/wrong contrast."""
+    correct = solved.view(-1, group_size).sum(dim=1)
+    return (correct > 0) & (correct < group_size)
+
+
 class GRPOTrainer:
     """One policy, in one process or data-parallel over several.
 
@@ -122,7 +131,7 @@ class GRPOTrainer:
         token_weights, weight_metrics = self.token_weights(sampled, old_logp)
         metrics |= codapo_metrics | weight_metrics
         # Update on the trained groups (advantages, clipped policy gradient: update.py).
-        trained, rows = self.trained_groups(rewards)
+        trained, rows = self.trained_groups(rewards, sampled.solved)
         metrics |= self.update(
             ro if rows is None else ro.select(rows),
             _pick(rewards, rows),
@@ -184,7 +193,7 @@ class GRPOTrainer:
             while (
                 more is not None
                 and rounds < cfg.max_sampling_rounds
-                and int((group_reward_std(sampled.rewards, g) > 0).sum()) < cfg.prompts_per_step
+                and int(mixed_accuracy(sampled.solved, g).sum()) < cfg.prompts_per_step
             ):
                 extra = more(cfg.prompts_per_step)
                 parts.append(self.rollout(extra))
@@ -247,19 +256,22 @@ class GRPOTrainer:
         token_weights, tis = backend_token_weights(sampled.ro, token_weights, self.cfg.tis_cap)
         return token_weights, metrics | tis
 
-    def trained_groups(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def trained_groups(
+        self, rewards: torch.Tensor, solved: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Which groups are in the loss (its denominators; `trained` in data/rollouts.parquet),
-        and with dynamic sampling the rows of the first `prompts_per_step` informative ones
-        (None: the update takes every row, and leaves out the uniform groups itself with
-        filter_zero_std; without it they are in the loss, and update.py skips their forward
-        and backward where that changes nothing)."""
+        and with dynamic sampling the rows of the first `prompts_per_step` informative ones,
+        both solved and failed (`mixed_accuracy`, DAPO's rule). None: the update takes every
+        row, and leaves out the uniform groups itself with filter_zero_std; without it they are
+        in the loss, and update.py skips their forward and backward where that changes
+        nothing."""
         cfg, g = self.cfg, self.cfg.group_size
         trained = torch.ones(len(rewards) // g, dtype=torch.bool, device=rewards.device)
-        if cfg.filter_zero_std or cfg.dynamic_sampling:
+        if cfg.filter_zero_std:
             trained = group_reward_std(rewards, g) > 0
         rows = None
         if cfg.dynamic_sampling:
-            groups = torch.nonzero(trained).flatten()[: cfg.prompts_per_step]
+            groups = torch.nonzero(mixed_accuracy(solved, g)).flatten()[: cfg.prompts_per_step]
             trained = torch.zeros_like(trained)
             trained[groups] = True
             if len(groups):

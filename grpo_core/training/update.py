@@ -216,7 +216,7 @@ class PolicyUpdate:
             not self.skip_zero_advantage
             or cfg.filter_zero_std
             or cfg.kl_coef != 0
-            or (getattr(cfg, "entropy_coef", 0.0) or 0.0) != 0
+            or cfg.entropy_coef != 0
         ):
             return None
         if token_weights is None:
