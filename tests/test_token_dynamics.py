@@ -6,31 +6,10 @@ from PIL import Image
 from grpo_core.analysis.figures import token_figure
 from grpo_core.analysis.token_dynamics import TOKENS_SCHEMA, plot_tables, token_dynamics
 from grpo_core.errors import InputError
+from grpo_core.training.rollout_log import ROLLOUT_LOG
 
-# The rollout log schema (grpo_core/training/rollout_log.py), with the three update-weight columns.
-LOG_SCHEMA = pa.schema(
-    [
-        ("step", pa.int32()),
-        ("id", pa.string()),
-        ("level", pa.int32()),
-        ("reward_mean", pa.float64()),
-        ("reward_std", pa.float64()),
-        ("mean_length", pa.float64()),
-        ("confidence", pa.float64()),
-        ("difficulty", pa.float64()),
-        ("value", pa.float64()),
-        ("adv_abs_mean", pa.float64()),
-        ("logp_correct", pa.float64()),
-        ("logp_incorrect", pa.float64()),
-        ("guided", pa.bool_()),
-        ("guide_fraction", pa.float64()),
-        ("resampled", pa.bool_()),
-        ("trained", pa.bool_()),
-        ("update_weight_abs", pa.float64()),
-        ("update_weight_mean", pa.float64()),
-        ("clip_frac", pa.float64()),
-    ]
-)
+# What the train stage writes (data/rollouts.parquet), the three update-weight columns included.
+LOG_SCHEMA = ROLLOUT_LOG
 NEW_COLUMNS = ["update_weight_abs", "update_weight_mean", "clip_frac"]
 
 
