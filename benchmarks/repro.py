@@ -1,13 +1,15 @@
 """Time the default pipeline from scratch and check what RL gained.
 
-    python -m benchmarks.repro [--keep DIR]
+    python -m benchmarks.repro [--keep DIR] [-S KEY=VALUE ...] [--seeds 0 1 2]
 
-Copies the committed repository into a scratch git repo, runs each stage of `dvc repro`
-in order with its wall time, then a second `dvc repro` (which must do nothing), and reads
+Copies the committed repository into a scratch git repo (with the `-S` overrides written into
+its params.yaml), runs each stage of `dvc repro` in order with its wall time, then a second
+`dvc repro` (which must do nothing), and reads
 metrics/eval.json and data/eval_samples.parquet to report base vs policy accuracy by level,
 the learnable band (levels whose base accuracy lies in [0.1, 0.9]) and, per level, the paired
 standard error of the difference (over questions), so a gain can be told from noise.
-The last line printed is JSON.
+With `--seeds`, the whole pipeline runs once per top-level `seed` (base model included) and a
+table of every seed's levels follows. The last line printed is JSON.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ["prepare", "base", "profile", "guide", "train", "evaluate"]
+STAGES = ["prepare", "base", "profile", "guide", "train", "dynamics", "evaluate"]
 
 
 def sh(cwd: Path, *cmd: str) -> str:
@@ -37,15 +40,36 @@ def sh(cwd: Path, *cmd: str) -> str:
     return done.stdout + done.stderr
 
 
-def scratch_copy(keep: Path | None = None) -> Path:
+def set_params(path: Path, overrides: list[str]) -> None:
+    """Apply `KEY=VALUE` overrides (dotted keys, YAML values, as `dvc exp run -S`) to a
+    params file; an unknown key is an error, not a new one."""
+    if not overrides:
+        return
+    params = yaml.safe_load(path.read_text())
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            sys.exit(f"-S {item!r}: expected KEY=VALUE")
+        *parents, leaf = key.split(".")
+        node = params
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            sys.exit(f"-S {item!r}: params.yaml has no key {key!r}")
+        node[leaf] = yaml.safe_load(value)
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def scratch_copy(keep: Path | None = None, overrides: list[str] = ()) -> Path:
     """A fresh git repository holding the committed files of this one (in `keep`, or a
-    temporary directory)."""
+    temporary directory), params.yaml with `overrides`."""
     work = keep or Path(tempfile.mkdtemp(prefix="grpo-lab-bench-"))
     if work.exists():
         shutil.rmtree(work)
     for name in sh(ROOT, "git", "ls-files").split():
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, work / name)
+    set_params(work / "params.yaml", list(overrides))
     sh(work, "git", "init", "-q")
     sh(work, "git", "add", "-A")
     sh(work, "git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "bench")
@@ -70,7 +94,7 @@ def paired_levels(samples_path: Path) -> dict[int, dict[str, float]]:
     return out
 
 
-def report(work: Path, timing: dict) -> None:
+def report(work: Path, timing: dict) -> dict:
     levels = paired_levels(work / "data/eval_samples.parquet")
     print("\nlevel   base  policy   delta  (se)   questions")
     for lv, r in levels.items():
@@ -95,20 +119,31 @@ def report(work: Path, timing: dict) -> None:
         "worst_level_delta": worst,
     }
     print(json.dumps(result))
+    return result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--keep", type=Path, help="run in this directory and keep it")
-    ap.add_argument(
-        "--report", action="store_true", help="only report on the outputs in this workspace"
-    )
-    args = ap.parse_args()
-    if args.report:
-        report(Path.cwd(), {})
-        return
-    work = scratch_copy(args.keep)
+def seeds_table(results: dict[int, dict]) -> str:
+    """Markdown: base and policy per level, each level's difference (paired se), band, all."""
+    levels = sorted(next(iter(results.values()))["levels"])
+    head = "| seed | base " + " / ".join(f"L{lv}" for lv in levels) + " | policy | "
+    head += " | ".join(f"L{lv} diff (se)" for lv in levels) + " | band | all | time |"
+    lines = [head, "|" + "---|" * (len(levels) + 6)]
+    for seed, r in results.items():
+        lv = r["levels"]
+        base = " / ".join(f"{100 * lv[k]['base']:.1f}" for k in levels)
+        policy = " / ".join(f"{100 * lv[k]['policy']:.1f}" for k in levels)
+        diffs = " | ".join(
+            f"{100 * lv[k]['delta']:+.1f} ({100 * lv[k]['se_delta']:.1f})" for k in levels
+        )
+        lines.append(
+            f"| {seed} | {base} | {policy} | {diffs} | {100 * r['band_delta']:+.1f} "
+            f"{r['band']} | {100 * r['overall_delta']:+.1f} | {r.get('total_s', 0):.0f} s |"
+        )
+    return "\n".join(lines)
 
+
+def run(keep: Path | None, overrides: list[str]) -> dict:
+    work = scratch_copy(keep, overrides)
     times = {}
     start = time.perf_counter()
     for stage in STAGES:
@@ -122,9 +157,38 @@ def main() -> None:
     noop = round(time.perf_counter() - t0, 1)
     up_to_date = "up to date" in again
     print(f"total     {total:7.1f} s; second `dvc repro`: {noop} s (up to date: {up_to_date})")
-    report(work, {"seconds": times, "total_s": total, "noop_s": noop, "up_to_date": up_to_date})
-    if not args.keep:
+    result = report(
+        work, {"seconds": times, "total_s": total, "noop_s": noop, "up_to_date": up_to_date}
+    )
+    if not keep:
         shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--keep", type=Path, help="run in this directory and keep it")
+    ap.add_argument(
+        "--report", action="store_true", help="only report on the outputs in this workspace"
+    )
+    ap.add_argument("-S", dest="overrides", action="append", default=[], help="param override")
+    ap.add_argument(
+        "--seeds", type=int, nargs="+", help="run the whole pipeline once per top-level seed"
+    )
+    args = ap.parse_args()
+    if args.report:
+        report(Path.cwd(), {})
+        return
+    if args.seeds is None:
+        run(args.keep, args.overrides)
+        return
+    results = {}
+    for seed in args.seeds:
+        print(f"\n== seed {seed}", flush=True)
+        keep = args.keep / f"seed-{seed}" if args.keep else None
+        results[seed] = run(keep, [*args.overrides, f"seed={seed}"])
+    print("\n" + seeds_table(results))
+    print(json.dumps({"overrides": args.overrides, "seeds": results}))
 
 
 if __name__ == "__main__":

@@ -90,11 +90,11 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"tiny model: {n_params} parameters, vocabulary {len(tokenizer)}", flush=True)
 
-    sft = SFTParams(steps=args.steps, batch_size=args.batch_size, lr=args.lr)
+    sft = SFTParams(steps=args.steps, batch_size=args.batch_size, lr=args.lr, stop=None)
     t0 = time.perf_counter()
     losses = warm_start(
         model, tokenizer, prompts, targets, np.array([r["level"] for r in train]), sft, args.seed
-    )
+    ).losses
     sft_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -1,14 +1,18 @@
-"""base: params `model`, `seed`, the train split -> models/base/ (an HF model directory).
+"""base: params `model`, `seed`, `reward.code`, the train split -> models/base/ (an HF model
+directory), metrics/sft/ (the warm start's loss and calibration-probe curves).
 
-`model.name: tiny` builds a character tokenizer and a small Qwen2 and warm-starts it by SFT
-on the reference solutions; any other name is resolved as a local directory or a hub id and
-copied, with a record of what was resolved in models/base/grpo_lab.json.
+`model.name: tiny` builds a character tokenizer and a small Llama and warm-starts it by SFT
+on the reference solutions, stopping when a held-out probe reaches `model.sft.stop`'s target
+(its code questions checked in the `reward.code` sandbox). Any other name is resolved as a
+local directory or a hub id and copied, with a record of what was resolved in
+models/base/grpo_lab.json.
 """
 
 from __future__ import annotations
 
 import shutil
 
+import numpy as np
 from transformers import AutoTokenizer
 
 from grpo_core.config.model import BaseStage
@@ -16,11 +20,12 @@ from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json
 from grpo_core.models.loading import resolve_model
-from grpo_core.models.sft import warm_start
+from grpo_core.models.sft import Probe, WarmStart, hold_out_probe, warm_start
 from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
 from stages.common import log, main
 
 OUT = "models/base"
+CURVES = "metrics/sft"  # the warm start's loss and calibration probe, as DVC plots
 
 
 def base(params: BaseStage) -> None:
@@ -32,31 +37,65 @@ def base(params: BaseStage) -> None:
         with atomic_path(OUT) as tmp:
             shutil.copytree(source, tmp, ignore=shutil.ignore_patterns(".*"))
             write_json({**record, "chat": cfg.chat}, tmp / "grpo_lab.json")
+        with atomic_path(CURVES) as tmp:
+            WarmStart().write_curves(tmp, None)
         log.info("models/base <- %s", record)
         return
     if cfg.chat:
         raise InputError("model.chat: the tiny model has no chat template; set it to false")
 
-    train = read_problems("data/prepared/train.parquet")
-    prompts = train.column("prompt").to_pylist()
-    targets = train.column("solution").to_pylist()
-    levels = train.column("level").to_numpy()
+    train = read_problems("data/prepared/train.parquet").to_pydict()
+    prompts, targets, levels = train["prompt"], train["solution"], np.asarray(train["level"])
     tokenizer = build_char_tokenizer(prompts + targets)
     model = build_tiny_model(tokenizer, cfg.tiny, params.seed)
     n = sum(p.numel() for p in model.parameters())
     log.info("tiny model: %d parameters, vocabulary %d", n, len(tokenizer))
-    losses = warm_start(model, tokenizer, prompts, targets, levels, cfg.sft, params.seed)
+    probe, sft_rows = None, np.arange(len(prompts))
+    if cfg.sft.stop is not None:
+        held = hold_out_probe(levels, cfg.sft.stop, params.seed)
+        probe = Probe(
+            [prompts[i] for i in held],
+            [train["answer"][i] for i in held],
+            [train["domain"][i] for i in held],
+            cfg.sft.stop,
+            params.seed,
+            params.reward.code,
+        )
+        sft_rows = np.setdiff1d(sft_rows, held)
+    result = warm_start(
+        model,
+        tokenizer,
+        [prompts[i] for i in sft_rows],
+        [targets[i] for i in sft_rows],
+        levels[sft_rows],
+        cfg.sft,
+        params.seed,
+        probe,
+    )
+    if result.reached is False:
+        log.warning(
+            "model.sft.stop: level %d probe at %.3f after %d steps, short of the target %.3f; "
+            "the base is the model after all of model.sft.steps",
+            cfg.sft.stop.level,
+            result.checks[-1]["accuracy"] if result.checks else 0.0,
+            result.steps,
+            cfg.sft.stop.accuracy,
+        )
     with atomic_path(OUT) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         record = {
             "kind": "tiny",
             "parameters": n,
-            "sft_steps": cfg.sft.steps,
-            "sft_final_loss": losses[-1] if losses else None,
+            "sft_steps": result.steps,
+            "sft_final_loss": result.losses[-1] if result.losses else None,
+            "sft_probe": result.checks,
+            "sft_target_reached": result.reached,
             "chat": False,
         }
         write_json(record, tmp / "grpo_lab.json")
+    with atomic_path(CURVES) as tmp:
+        result.write_curves(tmp, cfg.sft.stop.accuracy if cfg.sft.stop else None)
 
 
 if __name__ == "__main__":

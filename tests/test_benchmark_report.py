@@ -33,3 +33,42 @@ def test_paired_difference_and_its_standard_error(tmp_path):
             "questions": 2,
         }
     }
+
+
+def test_overrides_set_dotted_keys_with_yaml_values_and_refuse_unknown_ones(tmp_path):
+    import yaml
+
+    from benchmarks.repro import set_params
+
+    path = tmp_path / "params.yaml"
+    path.write_text("seed: 0\nmodel:\n  sft:\n    steps: 500\n    stop:\n      level: 4\n")
+    set_params(path, ["seed=2", "model.sft.steps=800", "model.sft.stop=null"])
+    assert yaml.safe_load(path.read_text()) == {
+        "seed": 2,
+        "model": {"sft": {"steps": 800, "stop": None}},
+    }
+    for bad in ("model.sft.stpes=1", "nope.x=1", "seed"):
+        with pytest.raises(SystemExit, match="-S"):
+            set_params(path, [bad])
+    assert yaml.safe_load(path.read_text())["model"]["sft"]["steps"] == 800  # untouched
+
+
+def test_the_seeds_table_has_a_row_per_seed_with_each_levels_difference():
+    from benchmarks.repro import seeds_table
+
+    def result(base: float, policy: float) -> dict:
+        level = {"base": base, "policy": policy, "delta": policy - base, "se_delta": 0.012}
+        return {
+            "levels": {3: level, 4: level},
+            "band": [3, 4],
+            "band_delta": policy - base,
+            "overall_delta": policy - base,
+            "total_s": 250.4,
+        }
+
+    table = seeds_table({0: result(0.5, 0.75), 7: result(0.2, 0.1)})
+    head, rule, *rows = table.splitlines()
+    assert head.count("|") == rule.count("|") == rows[0].count("|")
+    assert rows[0].startswith("| 0 | 50.0 / 50.0 | 75.0 / 75.0 | +25.0 (1.2) | +25.0 (1.2) |")
+    assert rows[1].startswith("| 7 | 20.0 / 20.0 | 10.0 / 10.0 | -10.0 (1.2) |")
+    assert rows[1].endswith("| -10.0 | 250 s |")

@@ -29,7 +29,22 @@ SMALL = {
     },
     "model": {
         "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
-        "sft": {"steps": 80, "batch_size": 16, "level_weights": [1.0, 0.2]},
+        # The calibration runs (a probe of 8 held-out level-1 questions every 40 steps) with a
+        # target out of reach, so the base is the model after all 80 steps.
+        "sft": {
+            "steps": 80,
+            "batch_size": 16,
+            "level_weights": [1.0, 0.2],
+            "stop": {
+                "level": 1,
+                "accuracy": 1.0,
+                "first": 40,
+                "every": 40,
+                "questions": 8,
+                "samples": 2,
+                "max_new_tokens": 20,
+            },
+        },
     },
     "profile": {"samples": 4, "max_new_tokens": 20, "max_per_level": 24},
     "guide": {"samples": 4, "max_new_tokens": 20, "fractions": [0.5, 1.0]},
@@ -142,6 +157,15 @@ def test_repro_builds_every_artifact(repo):
         "metrics/eval_by_level.csv",
     ):
         assert (repo / path).exists(), path
+    record = json.loads((repo / "models/base/grpo_lab.json").read_text())
+    assert record["sft_steps"] == 80 and record["sft_target_reached"] is False
+    assert [c["step"] for c in record["sft_probe"]] == [40, 80]
+    probe = (repo / "metrics/sft/probe.csv").read_text().splitlines()
+    assert probe[0] == "step,accuracy,target" and [r.split(",")[0] for r in probe[1:]] == [
+        "40",
+        "80",
+    ]
+    assert len((repo / "metrics/sft/loss.csv").read_text().splitlines()) == 1 + 80
     train_metrics = json.loads((repo / "metrics/train/metrics.json").read_text())
     assert {"reward", "reward_std", "frac_reward_zero_std", "entropy", "clip_ratio"} <= set(
         train_metrics
@@ -180,6 +204,7 @@ def test_repro_builds_every_artifact(repo):
         assert (repo / "metrics/dynamics" / name).stat().st_size > 0, name
     plots = sh(repo, "dvc", "plots", "show", "--json")
     assert "accuracy by level" in plots.stdout and "metrics/train/plots/metrics" in plots.stdout
+    assert "SFT calibration" in plots.stdout and "SFT loss" in plots.stdout
     assert "confidence inflation" in plots.stdout and "heatmap.png" in plots.stdout
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "repro")

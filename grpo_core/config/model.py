@@ -7,7 +7,16 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from grpo_core.config.core import PositiveFloat, PositiveInt, Section, Seed, StageParams
+from grpo_core.config.code_reward import CodeRewardView
+from grpo_core.config.core import (
+    Fraction,
+    PositiveFloat,
+    PositiveInt,
+    Section,
+    Seed,
+    StageParams,
+    TinyLevel,
+)
 
 
 class TinyModelParams(Section):
@@ -29,19 +38,49 @@ class TinyModelParams(Section):
         return self
 
 
+class SFTStop(Section):
+    """Calibration of the warm start: SFT ends at the first check where the model's sampled
+    accuracy on a probe reaches `accuracy`. The probe is `questions` train questions of
+    `level`, held out of SFT, sampled `samples` times each as RL samples them. A fixed step
+    count builds a different ladder for every seed and CPU (level 4 anywhere from 12% to 78%
+    after 500 steps); a target pins the level it names (docs/pipeline.md#calibration)."""
+
+    level: TinyLevel = Field(4, description="The level whose accuracy is the target.")
+    accuracy: Fraction = Field(
+        0.2, description="Target sampled accuracy (avg@samples) on the probe."
+    )
+    first: PositiveInt = Field(
+        250,
+        description="Step of the first check: on the default ladder level 4 is barely solved "
+        "before step 250, and a check costs about as much as a dozen SFT steps.",
+    )
+    every: PositiveInt = Field(25, description="Steps between checks after the first.")
+    questions: PositiveInt = Field(
+        128, description="Probe size: train questions of `level` held out of SFT."
+    )
+    samples: PositiveInt = 2
+    temperature: PositiveFloat = 1.0
+    max_new_tokens: PositiveInt = 72
+
+
 class SFTParams(Section):
     """Warm start of the tiny model on reference solutions (before any RL)."""
 
     steps: Annotated[int, Field(ge=0)] = Field(
-        500, description="Optimizer steps. Fewer leaves more of the ladder for RL to learn."
+        1000,
+        description="Optimizer steps: the length of the cosine schedule, and with `stop` the "
+        "most SFT takes before the target is reached.",
     )
-    batch_size: PositiveInt = 64
+    batch_size: PositiveInt = 32
     lr: PositiveFloat = 3e-3
     warmup_steps: Annotated[int, Field(ge=0)] = 20
     level_weights: list[Annotated[float, Field(ge=0)]] = Field(
         default=[1.0, 1.0, 1.0, 0.5, 0.15],
         description="Sampling weight of each level (level 1 first) in the SFT mixture; "
         "low weights on hard levels leave them unsolved, which is what RL studies need.",
+    )
+    stop: SFTStop | None = Field(
+        SFTStop(), description="Stop at a target accuracy on a probe; null: run every step."
     )
 
 
@@ -64,7 +103,8 @@ class ModelParams(Section):
 
 
 class BaseStage(StageParams):
-    """What `base` reads."""
+    """What `base` reads (`reward.code`: how the calibration probe checks code)."""
 
     seed: Seed = 0
     model: ModelParams = ModelParams()
+    reward: CodeRewardView = CodeRewardView()

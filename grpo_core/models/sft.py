@@ -1,14 +1,26 @@
-"""Supervised warm start on reference solutions: the loss covers completion tokens only."""
+"""Supervised warm start on reference solutions: the loss covers completion tokens only.
+
+With `model.sft.stop`, SFT is calibrated: every `every` steps the model samples a probe of
+held-out train questions of one level, and training ends at the first check whose accuracy
+reaches the target, so that the base starts RL at the same point of the ladder whatever the
+seed or the CPU.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from grpo_core.config.model import SFTParams
+from grpo_core.config.model import SFTParams, SFTStop
 from grpo_core.errors import InputError
+from grpo_core.rewards.code import CodeRewardConfig
+from grpo_core.rewards.verify import verify_batch
+from grpo_core.rollout.sampler import generate
 
 
 def sft_batch(tokenizer, prompts: list[str], targets: list[str]) -> dict[str, torch.Tensor]:
@@ -42,6 +54,80 @@ def level_mixture(levels: np.ndarray, level_weights: list[float]) -> np.ndarray:
     return p / p.sum()
 
 
+@dataclass
+class Probe:
+    """Held-out questions the warm start is calibrated on."""
+
+    prompts: list[str]
+    answers: list[str]
+    domains: list[str]
+    stop: SFTStop
+    seed: int
+    code: CodeRewardConfig | None = None  # sandbox limits for code questions
+
+    def accuracy(self, model, tokenizer) -> float:
+        """Mean reward of `stop.samples` completions per question at `stop.temperature`,
+        from a random stream of its own (SFT's is left where it was)."""
+        was_training = model.training
+        model.eval()
+        n = self.stop.samples
+        with torch.random.fork_rng():
+            torch.manual_seed(self.seed)
+            ro = generate(
+                model, tokenizer, self.prompts, n, self.stop.temperature, self.stop.max_new_tokens
+            )
+        model.train(was_training)
+        owners = [i // n for i in range(len(ro.texts))]
+        rewards = verify_batch(
+            [self.domains[i] for i in owners],
+            ro.texts,
+            [self.answers[i] for i in owners],
+            self.code,
+        )
+        return float(np.mean(rewards))
+
+
+def hold_out_probe(levels: np.ndarray, stop: SFTStop, seed: int) -> np.ndarray:
+    """Indices of the probe: `stop.questions` rows at `stop.level`, drawn with `seed`."""
+    at_level = np.flatnonzero(levels == stop.level)
+    if len(at_level) <= stop.questions:
+        raise InputError(
+            f"model.sft.stop: the train split has {len(at_level)} questions at level "
+            f"{stop.level}; the probe holds out {stop.questions} of them (stop.questions) and "
+            "SFT needs some left: lower stop.questions, or pick another stop.level"
+        )
+    rng = np.random.default_rng([seed, stop.level])
+    return np.sort(rng.choice(at_level, size=stop.questions, replace=False))
+
+
+def _check_due(step: int, last: int, stop: SFTStop) -> bool:
+    """Checks at steps `first`, `first + every`, ... and at the last step."""
+    return step == last or (step >= stop.first and (step - stop.first) % stop.every == 0)
+
+
+@dataclass
+class WarmStart:
+    """What the warm start did: the loss of every step and each probe check."""
+
+    losses: list[float] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)  # {"step", "accuracy"}
+    reached: bool | None = None  # None: no target
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+    def write_curves(self, folder: Path, target: float | None) -> None:
+        """`loss.csv` (step, loss) and `probe.csv` (step, accuracy, target) in `folder`: the
+        DVC plots of the warm start (headers only when there was none)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        loss = ["step,loss", *(f"{i},{x:.6g}" for i, x in enumerate(self.losses, 1))]
+        probe = ["step,accuracy,target"]
+        probe += [f"{c['step']},{c['accuracy']:.6g},{target}" for c in self.checks]
+        (folder / "loss.csv").write_text("\n".join(loss) + "\n")
+        (folder / "probe.csv").write_text("\n".join(probe) + "\n")
+
+
 def warm_start(
     model,
     tokenizer,
@@ -50,19 +136,23 @@ def warm_start(
     levels: np.ndarray,
     params: SFTParams,
     seed: int,
-) -> list[float]:
-    """Train `model` in place; returns the loss of every step."""
+    probe: Probe | None = None,
+) -> WarmStart:
+    """Train `model` in place on (prompt, target) pairs drawn by `params.level_weights`, on a
+    cosine schedule of `params.steps`; with `probe`, check its accuracy every
+    `probe.stop.every` steps from step `probe.stop.first`, and stop at the first check that
+    reaches `probe.stop.accuracy` (the last step is checked too)."""
+    out = WarmStart(reached=None if probe is None else False)
     if params.steps == 0:
-        return []
+        return out
     rng = np.random.default_rng(seed)
     probs = level_mixture(levels, params.level_weights)
     opt = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0)
     sched = get_cosine_schedule_with_warmup(opt, params.warmup_steps, params.steps)
     torch.manual_seed(seed)
     model.train()
-    losses = []
-    bar = tqdm(range(params.steps), desc="sft", unit="step")
-    for _ in bar:
+    bar = tqdm(range(1, params.steps + 1), desc="sft", unit="step")
+    for step in bar:
         idx = rng.choice(len(prompts), size=params.batch_size, p=probs)
         batch = sft_batch(tokenizer, [prompts[i] for i in idx], [targets[i] for i in idx])
         loss = model(**batch).loss
@@ -71,7 +161,14 @@ def warm_start(
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        out.losses.append(loss.item())
+        bar.set_postfix(loss=f"{out.losses[-1]:.3f}")
+        if probe is not None and _check_due(step, params.steps, probe.stop):
+            acc = probe.accuracy(model, tokenizer)
+            out.checks.append({"step": step, "accuracy": acc})
+            bar.set_postfix(loss=f"{out.losses[-1]:.3f}", probe=f"{acc:.3f}")
+            if acc >= probe.stop.accuracy:
+                out.reached = True
+                break
     model.eval()
-    return losses
+    return out

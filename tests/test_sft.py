@@ -1,0 +1,159 @@
+"""The warm start and its calibration: SFT that stops when a held-out probe reaches a target."""
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_core.config.model import SFTParams, SFTStop, TinyModelParams
+from grpo_core.data.tiny import arith
+from grpo_core.errors import InputError
+from grpo_core.models.sft import Probe, hold_out_probe, level_mixture, warm_start
+from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
+from grpo_core.rewards.verify import verify_batch
+from grpo_core.rollout.sampler import generate
+
+SMALL = TinyModelParams(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+
+
+def _level1(n: int = 100, seed: int = 0) -> list[dict]:
+    return arith.generate_level(1, n, 0, seed)["train"]
+
+
+def _setup(rows):
+    tok = build_char_tokenizer([r["prompt"] for r in rows] + [r["solution"] for r in rows])
+    return tok, build_tiny_model(tok, SMALL, seed=0)
+
+
+def _probe(rows, stop: SFTStop, seed: int = 0) -> Probe:
+    return Probe(
+        [r["prompt"] for r in rows],
+        [r["answer"] for r in rows],
+        [r["domain"] for r in rows],
+        stop,
+        seed,
+    )
+
+
+def test_level_mixture_gives_each_level_its_weight_in_total():
+    levels = np.array([1, 1, 1, 2])  # level 1: 3 rows, level 2: 1 row
+    p = level_mixture(levels, [1.0, 0.5])
+    # level 1 has weight 1 spread over 3 rows, level 2 weight 0.5 on its one row
+    np.testing.assert_allclose(p, [2 / 9, 2 / 9, 2 / 9, 1 / 3])
+
+
+def test_the_probe_is_held_out_at_its_level_and_fixed_by_the_seed():
+    levels = np.array([1, 2, 2, 2, 2, 3, 2, 2])
+    stop = SFTStop(level=2, questions=3)
+    held = hold_out_probe(levels, stop, seed=0)
+    assert len(held) == 3 and set(levels[held]) == {2}
+    np.testing.assert_array_equal(held, hold_out_probe(levels, stop, seed=0))
+    picks = {tuple(hold_out_probe(levels, stop, seed=s)) for s in range(10)}
+    assert len(picks) > 1  # another seed, another probe
+
+
+def test_a_probe_that_would_take_the_whole_level_is_refused_by_name():
+    levels = np.array([1, 1, 2, 2])
+    with pytest.raises(InputError, match=r"model\.sft\.stop: .* 2 questions at level 2"):
+        hold_out_probe(levels, SFTStop(level=2, questions=2), seed=0)
+    with pytest.raises(InputError, match=r"0 questions at level 4"):
+        hold_out_probe(levels, SFTStop(level=4, questions=1), seed=0)
+
+
+def test_probe_accuracy_is_the_mean_reward_of_its_samples_and_leaves_the_rng_alone():
+    rows = _level1(8)
+    tok, model = _setup(rows)
+    model.train()
+    stop = SFTStop(level=1, questions=8, samples=3, max_new_tokens=12)
+    probe = _probe(rows, stop, seed=5)
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    acc = probe.accuracy(model, tok)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert model.training  # put back as it was
+    assert probe.accuracy(model, tok) == acc  # its own random stream: the same draw again
+    # The same completions, drawn directly: their verifier rewards average to `acc`.
+    model.eval()
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        ro = generate(model, tok, probe.prompts, 3, 1.0, 12)
+    owners = [i // 3 for i in range(len(ro.texts))]
+    rewards = verify_batch(["math"] * len(owners), ro.texts, [probe.answers[i] for i in owners])
+    assert acc == pytest.approx(np.mean(rewards))
+
+
+def test_an_unreachable_target_runs_every_step_and_checks_on_schedule():
+    rows = _level1(20)
+    tok, model = _setup(rows)
+    stop = SFTStop(
+        level=1, accuracy=1.0, first=3, every=4, questions=4, samples=1, max_new_tokens=8
+    )
+    sft = SFTParams(steps=10, batch_size=4, warmup_steps=1, level_weights=[1.0], stop=stop)
+    out = warm_start(
+        model,
+        tok,
+        [r["prompt"] for r in rows],
+        [r["solution"] for r in rows],
+        np.ones(len(rows), dtype=int),
+        sft,
+        seed=0,
+        probe=_probe(rows[:4], stop),
+    )
+    assert out.steps == 10 and out.reached is False
+    assert [c["step"] for c in out.checks] == [3, 7, 10]  # first, every 4, and the last
+    assert all(c["accuracy"] < 1.0 for c in out.checks)
+
+
+def test_sft_stops_at_the_first_check_that_reaches_the_target():
+    rows = _level1(100)
+    probe_rows, train = rows[:16], rows[16:]
+    tok, model = _setup(rows)
+    stop = SFTStop(
+        level=1, accuracy=0.05, first=10, every=10, questions=16, samples=4, max_new_tokens=16
+    )
+    sft = SFTParams(steps=200, batch_size=16, warmup_steps=5, level_weights=[1.0], stop=stop)
+    out = warm_start(
+        model,
+        tok,
+        [r["prompt"] for r in train],
+        [r["solution"] for r in train],
+        np.ones(len(train), dtype=int),
+        sft,
+        seed=0,
+        probe=_probe(probe_rows, stop),
+    )
+    assert out.reached is True
+    *before, last = out.checks
+    assert last["accuracy"] >= 0.05 and all(c["accuracy"] < 0.05 for c in before)
+    assert out.steps == last["step"] < 200  # stopped there, long before the last step
+    assert [c["step"] for c in out.checks] == list(range(10, out.steps + 1, 10))
+    assert not model.training
+    # The model handed back is the one the last check measured.
+    assert _probe(probe_rows, stop).accuracy(model, tok) == last["accuracy"]
+
+
+def test_without_a_target_sft_runs_its_steps_and_checks_nothing():
+    rows = _level1(20)
+    tok, model = _setup(rows)
+    sft = SFTParams(steps=3, batch_size=4, warmup_steps=1, level_weights=[1.0], stop=None)
+    out = warm_start(
+        model,
+        tok,
+        [r["prompt"] for r in rows],
+        [r["solution"] for r in rows],
+        np.ones(len(rows), dtype=int),
+        sft,
+        seed=0,
+    )
+    assert out.steps == 3 and out.checks == [] and out.reached is None
+
+
+def test_the_curves_are_one_row_per_step_and_per_check(tmp_path):
+    from grpo_core.models.sft import WarmStart
+
+    run = WarmStart(losses=[2.5, 1.25, 0.5], checks=[{"step": 2, "accuracy": 0.125}], reached=True)
+    run.write_curves(tmp_path / "sft", target=0.2)
+    assert (tmp_path / "sft/loss.csv").read_text() == "step,loss\n1,2.5\n2,1.25\n3,0.5\n"
+    assert (tmp_path / "sft/probe.csv").read_text() == "step,accuracy,target\n2,0.125,0.2\n"
+    WarmStart().write_curves(tmp_path / "none", target=None)  # a hub model: headers only
+    assert (tmp_path / "none/loss.csv").read_text() == "step,loss\n"
+    assert (tmp_path / "none/probe.csv").read_text() == "step,accuracy,target\n"
