@@ -10,6 +10,13 @@ one user message for an instruct model. The instructions fix what the rewards re
 - code: the task, an example test when the benchmark gives one, then "Write a Python function
   `f` ... in a ```python code block"; HumanEval-style tasks instead give the function's
   signature and docstring for the model to continue (`continuation_prompt`).
+
+`guided_prompt` renders Off-Context GRPO's guided prompt x~ (the paper's wording, reference code
+AgPriyank/OC-GRPO) from any of these three: "Problem: " and the prompt's body, a block
+"Partial reference solution: <prefix>" (or "Reference solution: <solution>" for the whole one),
+then the instruction to complete the solution (or to verify it), followed by the domain's own
+answer-format instruction, kept word for word and last as in the reference. It is plain text,
+so `render_prompt` wraps it as one user message like any other prompt.
 """
 
 from __future__ import annotations
@@ -65,6 +72,64 @@ def code_prompt(task: str, entry_point: str, example_tests: Sequence[str] = ()) 
 def continuation_prompt(prefix: str) -> str:
     """HumanEval style: the signature and docstring themselves, for the model to continue."""
     return prefix
+
+
+# Off-Context GRPO's guided prompt x~: the reference's labels and instructions, less their
+# "output the final answer within \\boxed{}" clause, which the domain's instruction replaces.
+GUIDE_PARTIAL_LABEL = "Partial reference solution:"
+GUIDE_PARTIAL_INSTRUCTION = (
+    "Here is a partial reference solution to the problem above. "
+    "Complete the rest of the solution step by step."
+)
+GUIDE_FULL_LABEL = "Reference solution:"
+GUIDE_FULL_INSTRUCTION = (
+    "Here is the full reference solution. Verify it and show your work step by step."
+)
+
+
+def _is_answer_instruction(paragraph: str) -> bool:
+    """Whether `paragraph` is one of the templates' answer-format instructions."""
+    if paragraph in (MATH_INSTRUCTION, MCQ_INSTRUCTION):
+        return True
+    head, _, tail = CODE_INSTRUCTION.partition("{entry_point}")
+    name = paragraph.removeprefix(head).removesuffix(tail)
+    return (
+        paragraph.startswith(head)
+        and paragraph.endswith(tail)
+        and len(paragraph) > len(head) + len(tail)
+        and not any(c.isspace() or c == "`" for c in name)
+    )
+
+
+def guided_prompt(prompt_text: str, partial: str, complete: bool) -> str:
+    """Off-Context GRPO's guided prompt x~ for a `math_prompt`, `mcq_prompt` or `code_prompt`.
+
+    The prompt's last paragraph, its answer-format instruction, moves to the end:
+
+        Problem: <the prompt without its instruction>
+
+        Partial reference solution: <partial>
+
+        Here is a partial reference solution ... step by step. <answer-format instruction>
+
+    `complete=True` (guidance fraction 1, `partial` is the whole solution) labels the block
+    "Reference solution:" and asks the model to verify it instead. `partial` is the hint as
+    `offcontext.char_prefix` cuts it; it must not be empty.
+    """
+    body, sep, instruction = prompt_text.rpartition("\n\n")
+    if not sep or not body.strip() or not _is_answer_instruction(instruction):
+        raise InputError(
+            "a guided prompt needs a math, mcq or code prompt ending with its answer-format "
+            f"instruction; got one ending {prompt_text[-60:]!r}"
+        )
+    if not partial.strip():
+        raise InputError("a guided prompt needs a non-empty partial solution")
+    label, guide = (
+        (GUIDE_FULL_LABEL, GUIDE_FULL_INSTRUCTION)
+        if complete
+        else (GUIDE_PARTIAL_LABEL, GUIDE_PARTIAL_INSTRUCTION)
+    )
+    return f"Problem: {body}\n\n{label} {partial}\n\n{guide} {instruction}"
 
 
 def render_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool) -> str:

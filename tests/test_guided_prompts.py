@@ -1,0 +1,172 @@
+"""Off-Context GRPO's guided prompt x~ as the paper (reference code AgPriyank/OC-GRPO) builds it:
+a character-fraction prefix of the solution, in a "partial reference solution" block of the
+prompt."""
+
+import math
+
+import pytest
+
+from grpo_core.algorithms.offcontext import char_prefix
+from grpo_core.data.prompts import (
+    MATH_INSTRUCTION,
+    MCQ_INSTRUCTION,
+    code_prompt,
+    continuation_prompt,
+    guided_prompt,
+    math_prompt,
+    mcq_prompt,
+    render_prompt,
+)
+from grpo_core.errors import InputError
+from grpo_core.models.tiny import build_char_tokenizer
+
+ARITH = "7+8=15\n4+3+1=8\n\\boxed{85}"  # 25 characters
+WORDS = "  We add the units first, then the tens.  "  # 38 characters once stripped
+
+PARTIAL_GUIDE = (
+    "Here is a partial reference solution to the problem above. "
+    "Complete the rest of the solution step by step."
+)
+FULL_GUIDE = "Here is the full reference solution. Verify it and show your work step by step."
+
+
+# --- char_prefix --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fraction, expected",
+    [
+        (0.2, "We add"),  # floor(7.6) = 7 lands on "the": back to the space before it
+        (0.5, "We add the units"),  # floor(19.0) = 19 is inside "first,"
+        (0.61, "We add the units first,"),  # floor(23.18) = 23 is the space after "first,"
+        (1.0, "We add the units first, then the tens."),  # the whole solution, stripped
+    ],
+)
+def test_char_prefix_cuts_back_to_a_word_boundary(fraction, expected):
+    assert char_prefix(WORDS, fraction) == expected
+
+
+@pytest.mark.parametrize(
+    "fraction, expected",
+    [
+        (0.2, "7+8=1"),  # floor(5.0) = 5: no boundary before it, so the cut stays mid-word
+        (0.5, "7+8=15"),  # floor(12.5) = 12 is inside "4+3+1=8": back to the first newline
+        (0.56, "7+8=15\n4+3+1=8"),  # floor(14.0) = 14 is the second newline itself
+        (0.6, "7+8=15\n4+3+1=8"),  # floor(15.0) = 15 is inside "\boxed{85}"
+        (1.0, ARITH),
+    ],
+)
+def test_char_prefix_of_the_tiny_arith_solution(fraction, expected):
+    assert char_prefix(ARITH, fraction) == expected
+
+
+def test_char_prefix_strips_the_whitespace_at_the_cut():
+    # floor(0.4 * 18) = 7 is the second of two spaces: cut there, then strip both
+    assert char_prefix("we add  the digits", 0.4) == "we add"
+    # the first word is longer than the target: the cut is mid-word
+    assert char_prefix("supercalifragilistic is long", 0.2) == "super"
+    assert char_prefix("  x  ", 0.5) == "x"  # the target is at least one character
+    assert char_prefix(" \n ", 1.0) == ""
+
+
+def test_char_prefix_drops_asymptote_diagrams_first():
+    solution = "Draw it.[asy]draw((0,0)--(1,1));[/asy]\nThe area is 4."
+    assert char_prefix(solution, 1.0) == "Draw it.\nThe area is 4."
+    assert char_prefix(solution, 0.5) == "Draw it."  # floor(0.5 * 23) = 11 is inside "The"
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.2, 1.01, 2.0, math.nan])
+def test_char_prefix_rejects_a_fraction_outside_zero_one(fraction):
+    with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+        char_prefix(ARITH, fraction)
+
+
+# --- guided_prompt ------------------------------------------------------------------------------
+
+
+def test_guided_math_prompt_puts_the_partial_solution_between_problem_and_instruction():
+    guided = guided_prompt(math_prompt("What is 47+38?"), char_prefix(ARITH, 0.5), complete=False)
+    assert guided == (
+        "Problem: What is 47+38?\n\n"
+        "Partial reference solution: 7+8=15\n\n"
+        f"{PARTIAL_GUIDE} Please reason step by step, and put your final answer within \\boxed{{}}."
+    )
+    assert guided.endswith(MATH_INSTRUCTION)
+
+
+def test_guided_prompt_at_fraction_one_asks_to_verify_the_whole_solution():
+    guided = guided_prompt(math_prompt("What is 47+38?"), char_prefix(ARITH, 1.0), complete=True)
+    assert guided == (
+        "Problem: What is 47+38?\n\n"
+        "Reference solution: 7+8=15\n4+3+1=8\n\\boxed{85}\n\n"
+        f"{FULL_GUIDE} {MATH_INSTRUCTION}"
+    )
+    assert "Partial" not in guided
+
+
+def test_guided_mcq_prompt_keeps_the_options_in_the_problem():
+    prompt = mcq_prompt("Which number is prime?", ["4", "7"])
+    partial = "4 = 2 * 2 is not prime; 7 has no divisor but 1 and 7, so B."
+    assert guided_prompt(prompt, partial, complete=True) == (
+        "Problem: Which number is prime?\n\nA) 4\nB) 7\n\n"
+        f"Reference solution: {partial}\n\n"
+        f"{FULL_GUIDE} {MCQ_INSTRUCTION}"
+    )
+    partial = char_prefix(partial, 0.5)  # floor(0.5 * 59) = 29 is the space after "has"
+    assert partial == "4 = 2 * 2 is not prime; 7 has"
+    assert guided_prompt(prompt, partial, complete=False) == (
+        "Problem: Which number is prime?\n\nA) 4\nB) 7\n\n"
+        "Partial reference solution: 4 = 2 * 2 is not prime; 7 has\n\n"
+        f"{PARTIAL_GUIDE} {MCQ_INSTRUCTION}"
+    )
+
+
+def test_guided_code_prompt_keeps_the_tests_and_the_function_instruction():
+    prompt = code_prompt("Add two numbers.", "add", ["assert add(1, 2) == 3"])
+    solution = "def add(a, b):\n    return a + b"  # 31 characters
+    partial = char_prefix(solution, 0.5)  # floor(15.5) = 15 is the indent's first space
+    assert partial == "def add(a, b):"
+    assert guided_prompt(prompt, partial, complete=False) == (
+        "Problem: Add two numbers.\n\n"
+        "Your code should pass this test:\n\nassert add(1, 2) == 3\n\n"
+        "Partial reference solution: def add(a, b):\n\n"
+        f"{PARTIAL_GUIDE} Write a Python function `add` that solves the task, "
+        "in a ```python code block."
+    )
+
+
+def test_guided_prompt_keeps_paragraphs_inside_the_problem():
+    guided = guided_prompt(math_prompt("Line one.\n\nLine two."), "Add.", complete=False)
+    assert guided.startswith("Problem: Line one.\n\nLine two.\n\nPartial reference solution: Add.")
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Q: 47+38=?\nA: ",  # the tiny world's continuation prompt has no instruction
+        continuation_prompt('def add(a, b):\n    """Add a and b."""\n'),
+        math_prompt("What is 2+3?") + "\n\nShow all steps.",  # the instruction is not last
+        MATH_INSTRUCTION,  # no problem before it
+        "Task.\n\nWrite a Python function `two words` that solves the task, in a ```python "
+        "code block.",
+    ],
+)
+def test_guided_prompt_needs_a_prompt_ending_with_its_instruction(prompt):
+    with pytest.raises(InputError, match="answer-format instruction"):
+        guided_prompt(prompt, "7+8=15", complete=False)
+
+
+def test_guided_prompt_needs_a_partial_solution():
+    with pytest.raises(InputError, match="non-empty partial solution"):
+        guided_prompt(math_prompt("What is 2+3?"), " \n", complete=False)
+
+
+def test_guided_prompt_is_one_user_message_for_a_chat_model():
+    tokenizer = build_char_tokenizer(["abc"])
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    )
+    guided = guided_prompt(math_prompt("What is 47+38?"), "7+8=15", complete=False)
+    assert render_prompt(tokenizer, guided, chat=True) == f"<|user|>\n{guided}\n<|assistant|>\n"
+    assert render_prompt(tokenizer, guided, chat=False) == guided
