@@ -2,8 +2,9 @@
 
 With `model.sft.stop`, SFT is calibrated: every `every` steps the model samples a probe of
 held-out train questions of one level, and training ends at the first check whose accuracy
-reaches the target, so that the base starts RL at the same point of the ladder whatever the
-seed or the CPU.
+reaches the target, so that the base starts RL with that level at about the same accuracy
+whatever the seed or the CPU (the levels around it still move; docs/pipeline.md#calibration).
+Every check samples with the same seed, so two checks differ by the model, not the draw.
 """
 
 from __future__ import annotations
