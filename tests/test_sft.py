@@ -34,6 +34,14 @@ def _probe(rows, stop: SFTStop, seed: int = 0) -> Probe:
     )
 
 
+def _warm(model, tok, rows, sft: SFTParams, probe: Probe | None = None):
+    """`warm_start` on level-1 rows."""
+    prompts = [r["prompt"] for r in rows]
+    targets = [r["solution"] for r in rows]
+    levels = np.ones(len(rows), dtype=int)
+    return warm_start(model, tok, prompts, targets, levels, sft, seed=0, probe=probe)
+
+
 def test_level_mixture_gives_each_level_its_weight_in_total():
     levels = np.array([1, 1, 1, 2])  # level 1: 3 rows, level 2: 1 row
     p = level_mixture(levels, [1.0, 0.5])
@@ -88,16 +96,7 @@ def test_an_unreachable_target_runs_every_step_and_checks_on_schedule():
         level=1, accuracy=1.0, first=3, every=4, questions=4, samples=1, max_new_tokens=8
     )
     sft = SFTParams(steps=10, batch_size=4, warmup_steps=1, level_weights=[1.0], stop=stop)
-    out = warm_start(
-        model,
-        tok,
-        [r["prompt"] for r in rows],
-        [r["solution"] for r in rows],
-        np.ones(len(rows), dtype=int),
-        sft,
-        seed=0,
-        probe=_probe(rows[:4], stop),
-    )
+    out = _warm(model, tok, rows, sft, _probe(rows[:4], stop))
     assert out.steps == 10 and out.reached is False
     assert [c["step"] for c in out.checks] == [3, 7, 10]  # first, every 4, and the last
     assert all(c["accuracy"] < 1.0 for c in out.checks)
@@ -111,16 +110,7 @@ def test_sft_stops_at_the_first_check_that_reaches_the_target():
         level=1, accuracy=0.05, first=10, every=10, questions=16, samples=4, max_new_tokens=16
     )
     sft = SFTParams(steps=200, batch_size=16, warmup_steps=5, level_weights=[1.0], stop=stop)
-    out = warm_start(
-        model,
-        tok,
-        [r["prompt"] for r in train],
-        [r["solution"] for r in train],
-        np.ones(len(train), dtype=int),
-        sft,
-        seed=0,
-        probe=_probe(probe_rows, stop),
-    )
+    out = _warm(model, tok, train, sft, _probe(probe_rows, stop))
     assert out.reached is True
     *before, last = out.checks
     assert last["accuracy"] >= 0.05 and all(c["accuracy"] < 0.05 for c in before)
@@ -135,15 +125,7 @@ def test_without_a_target_sft_runs_its_steps_and_checks_nothing():
     rows = _level1(20)
     tok, model = _setup(rows)
     sft = SFTParams(steps=3, batch_size=4, warmup_steps=1, level_weights=[1.0], stop=None)
-    out = warm_start(
-        model,
-        tok,
-        [r["prompt"] for r in rows],
-        [r["solution"] for r in rows],
-        np.ones(len(rows), dtype=int),
-        sft,
-        seed=0,
-    )
+    out = _warm(model, tok, rows, sft)
     assert out.steps == 3 and out.checks == [] and out.reached is None
 
 
