@@ -1,61 +1,36 @@
-"""Off-Context GRPO: learn on questions the policy never solves from guided rollouts.
+"""Off-Context GRPO (Agrawal et al.; reference code AgPriyank/OC-GRPO): learn the questions the
+policy never solves from rollouts sampled with a hint in the prompt, trained on the prompt
+without it.
 
-A group whose rollouts all fail is re-rolled from a *guided* context: the prompt followed by a
-prefix g of the reference solution, which the sampler continues. The trained response is the
-whole y = g + continuation, scored under the *unguided* prompt x, so the policy learns to
-answer x alone. The guided sampler q forces g (probability 1) and samples the rest from
-pi_old, so per token
+For a question x with reference solution s, the guided prompt x~
+(`grpo_core.data.prompts.hinted_prompt`) is x with a "partial reference solution" block holding
+`char_prefix(s, f)`: the first fraction f of the solution's characters, cut back to a word
+boundary. The model writes the whole response y
+itself from x~; y is rewarded on its own text (the hint is not part of it). The loss and the
+PPO ratio are computed under the unguided prompt x, and every token of a guided row weights
+its advantage by the truncated importance weight of the unguided to the guided context under
+the rollout policy pi_old:
 
-    log q(y_t | x, y_<t) = 0                         on the prefix tokens,
-    log q(y_t | x, y_<t) = log pi_old(y_t | x, y_<t) on the continuation,
+    w_t = clamp(exp(gamma * (log pi_old(y_t | x, y_<t) - log pi_old(y_t | x~, y_<t))),
+                floor, cap)
 
-and each token's advantage is weighted by the truncated importance ratio of the policy being
-trained to the policy that sampled:
+(the reference's `exp(-diff) ** gamma`, diff = log pi_old(.|x~) - log pi_old(.|x); gamma 1,
+floor 0.01 in all its runs, cap 1). Tokens the hint made likely, that the model would not have
+written from x alone, count little; tokens it writes as readily from x keep weight 1.
+Unguided rows keep w = 1, so a batch without guided rows is GRPO's.
 
-    w_t = clip(exp(gamma * (log pi_old(y_t | x, y_<t) - log q(y_t | x, y_<t))), c_min, c_max).
-
-Continuation tokens get w = 1 (same context, same policy); a prefix token gets
-clip(pi_old(g_t)^gamma, c_min, c_max): reference tokens the policy finds unlikely count less.
-With an empty guide every w is 1 and the loss is GRPO's.
-
-The paper's guided context (Agrawal et al., "Off-Context GRPO", reference code
-AgPriyank/OC-GRPO) instead puts the hint *inside the prompt*: x~ is the problem, a "partial
-reference solution" block and an instruction to complete it (`prompts.guided_prompt`), and the
-model writes the whole response itself. Its hint is `char_prefix`: the first `fraction` of the
-solution's characters, cut back to a word boundary and stripped (fraction 1 is the whole
-solution, which x~ asks the model to verify).
+The variants and baselines (`train.oc_grpo`, grpo_core.training.guidance) differ in which
+context samples y and which one trains it: `importance` samples under x~ and trains under x
+with w; `none` the same with w = 1; `hinted` trains under x~ itself (BREAD/POPE-style hints);
+`prefix_rl` places the prefix after the prompt (in the assistant turn) and trains only the
+continuation, under that context, rewarding prefix + continuation.
 """
 
 from __future__ import annotations
 
-import math
 import re
 
 import torch
-
-
-def guide_prefix(solution: str, fraction: float) -> str:
-    """The first `fraction` of the reference solution's words, cut at a word boundary and
-    keeping the whitespace that follows the last word (so the sampler starts a new word).
-
-    The word count is rounded half up; fraction 1 is the whole solution.
-    """
-    if not 0 < fraction <= 1:
-        raise ValueError(f"guidance fraction must be in (0, 1], got {fraction}")
-    words = solution.split()
-    k = min(len(words), math.floor(fraction * len(words) + 0.5))
-    if k == 0:
-        return ""
-    if k == len(words):
-        return solution
-    pos = 0
-    for word in words[:k]:
-        pos = solution.index(word, pos) + len(word)
-    end = pos
-    while end < len(solution) and solution[end].isspace():
-        end += 1
-    return solution[:end]
-
 
 # The reference drops Asymptote diagram source before cutting ([asy] ... [/asy] in MATH
 # solutions), and only a space, newline or tab counts as a word boundary.
@@ -87,18 +62,14 @@ def char_prefix(solution: str, fraction: float) -> str:
     return text[:cut].rstrip()
 
 
-def behaviour_logprobs(old_logp: torch.Tensor, guide_mask: torch.Tensor) -> torch.Tensor:
-    """log q per token: 0 where the guide forced the token, log pi_old elsewhere."""
-    return torch.where(guide_mask.bool(), torch.zeros_like(old_logp), old_logp)
-
-
 def importance_weights(
-    old_logp: torch.Tensor,
-    guide_mask: torch.Tensor,
+    logp_x: torch.Tensor,
+    logp_hinted: torch.Tensor,
     gamma: float = 1.0,
-    c_min: float = 0.01,
-    c_max: float = 1.0,
+    floor: float = 0.01,
+    cap: float = 1.0,
 ) -> torch.Tensor:
-    """w = clip(exp(gamma * (log pi_old - log q)), c_min, c_max) per token, (B, T)."""
-    log_ratio = old_logp - behaviour_logprobs(old_logp, guide_mask)
-    return torch.exp(gamma * log_ratio).clamp(min=c_min, max=c_max)
+    """w = clamp(exp(gamma * (log pi_old(y|x) - log pi_old(y|x~))), floor, cap) per token:
+    both (B, T) log-probs of the same response tokens, under the unguided and the guided
+    prompt."""
+    return torch.exp(gamma * (logp_x - logp_hinted)).clamp(min=floor, max=cap)

@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from grpo_core.algorithms.offcontext import char_prefix
 from grpo_core.errors import InputError
 
 if TYPE_CHECKING:
@@ -130,6 +131,13 @@ def guided_prompt(prompt_text: str, partial: str, complete: bool) -> str:
         else (GUIDE_PARTIAL_LABEL, GUIDE_PARTIAL_INSTRUCTION)
     )
     return f"Problem: {body}\n\n{label} {partial}\n\n{guide} {instruction}"
+
+
+def hinted_prompt(prompt_text: str, solution: str, fraction: float) -> str:
+    """The guided prompt x~ as plain text (before any chat template): `prompt_text` with the
+    hint `char_prefix(solution, fraction)` (`guided_prompt`; fraction 1 gives the whole
+    solution, to verify)."""
+    return guided_prompt(prompt_text, char_prefix(solution, fraction), complete=fraction >= 1)
 
 
 def render_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool) -> str:
