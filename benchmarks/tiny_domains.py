@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from grpo_core.config.model import SFTParams, TinyModelParams
+from grpo_core.data.prompts import guide_wording
 from grpo_core.data.tiny import code, mcq
 from grpo_core.models.sft import warm_start
 from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
@@ -85,7 +86,7 @@ def main() -> None:
             evals += rows["eval"]
     prompts = [r["prompt"] for r in train]
     targets = [r["solution"] for r in train]
-    tokenizer = build_char_tokenizer(prompts + targets)
+    tokenizer = build_char_tokenizer(prompts + targets + guide_wording(prompts))
     model = build_tiny_model(tokenizer, TinyModelParams(), args.seed)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"tiny model: {n_params} parameters, vocabulary {len(tokenizer)}", flush=True)

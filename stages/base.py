@@ -3,7 +3,10 @@ directory), metrics/sft/ (the warm start's loss and calibration-probe curves).
 
 `model.name: tiny` builds a character tokenizer and a small Llama and warm-starts it by SFT
 on the reference solutions, stopping when a held-out probe reaches `model.sft.stop`'s target
-(its code questions checked in the `reward.code` sandbox). Any other name is resolved as a
+(its code questions checked in the `reward.code` sandbox). A share `model.sft.guided_share`
+of the SFT examples carries a hint in the prompt (Off-Context GRPO's guided prompt), so that
+the base can read the hints `guide` and OC-GRPO give it; the tokenizer spells the guided
+template whatever that share. Any other name is resolved as a
 local directory or a hub id and copied, with a record of what was resolved in
 models/base/grpo_lab.json.
 """
@@ -16,6 +19,7 @@ import numpy as np
 from transformers import AutoTokenizer
 
 from grpo_core.config.model import BaseStage
+from grpo_core.data.prompts import guide_wording
 from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json
@@ -46,7 +50,9 @@ def base(params: BaseStage) -> None:
 
     train = read_problems("data/prepared/train.parquet").to_pydict()
     prompts, targets, levels = train["prompt"], train["solution"], np.asarray(train["level"])
-    tokenizer = build_char_tokenizer(prompts + targets)
+    # The guided template's wording too, even with no guided SFT example: `guide` and OC-GRPO
+    # prompt the base with hints.
+    tokenizer = build_char_tokenizer(prompts + targets + guide_wording(prompts))
     model = build_tiny_model(tokenizer, cfg.tiny, params.seed)
     n = sum(p.numel() for p in model.parameters())
     log.info("tiny model: %d parameters, vocabulary %d", n, len(tokenizer))

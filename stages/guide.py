@@ -1,6 +1,11 @@
 """guide: params `guide`, `reward.code`, `seed`, models/base, data/profile.parquet, the train
 split -> data/guides.parquet (for each profiled question the base never solved: the smallest
-reference-solution prefix fraction that unlocks it, or null)."""
+hint fraction that unlocks it, or null).
+
+A hint is a prefix of the reference solution in the prompt, Off-Context GRPO's guided prompt x~
+(`hinted_prompt`, rendered for the base's chat flag); the base writes the whole response and is
+rewarded on it alone. A question is unlocked at a fraction when one of `guide.samples`
+responses is correct."""
 
 from __future__ import annotations
 
@@ -10,7 +15,6 @@ import torch
 
 from grpo_core.analysis.guides import find_guides
 from grpo_core.config.guide import GuideStage
-from grpo_core.data.prompts import render_prompts
 from grpo_core.data.schema import read_problems
 from grpo_core.io import write_parquet
 from grpo_core.models.loading import load_model, uses_chat
@@ -35,9 +39,12 @@ def guide(params: GuideStage) -> None:
     rows: list[dict] = []
     if problems:
         model, tokenizer = load_model("models/base")
-        problems = render_prompts(problems, tokenizer, uses_chat("models/base"))
+        chat = uses_chat("models/base")
         torch.manual_seed(params.seed)
-        rows = find_guides(model, tokenizer, problems, params.guide, params.reward.code)
+        # unrendered problems: find_guides adds the hint to each prompt, then renders it
+        rows = find_guides(
+            model, tokenizer, problems, params.guide, chat=chat, code=params.reward.code
+        )
     write_parquet(pa.Table.from_pylist(rows, schema=GUIDE_SCHEMA), "data/guides.parquet")
     found = [r["fraction"] for r in rows if r["fraction"] is not None]
     log.info(

@@ -59,22 +59,6 @@ def test_texts_decode_the_completion_tokens(backend, tokenizer):
         assert text == tokenizer.decode(tokens, skip_special_tokens=True)
 
 
-def test_guided_rows_mark_the_prefix_and_log_probs_are_the_samplers(backend, tokenizer, tiny_model):
-    torch.manual_seed(2)
-    prefixes = ["3+", "", "5+7=1"]
-    ro = backend.generate(PROMPTS, 3, 1.0, max_new_tokens=9, prefixes=prefixes)
-    check_rollouts(ro, tokenizer, PROMPTS, 3, max_new_tokens=9, prefixes=prefixes)
-    assert ro.guide_mask[:3].sum(1).tolist() == [2, 2, 2]
-    assert ro.guide_mask[3:6].sum() == 0 and ro.guide_mask[6:].sum(1).tolist() == [5, 5, 5]
-    assert all(t.startswith("3+") for t in ro.texts[:3])
-    # Sampled tokens: the model's log-probs given prompt + prefix + what came before; the
-    # prefix: 0 (given to the sampler, not sampled).
-    trainer_logp, _ = score_rollouts(tiny_model, ro, 1.0, micro_batch_size=4)
-    sampled = ro.completion_mask.bool() & ~ro.guide_mask.bool()
-    torch.testing.assert_close(ro.sampler_logp[sampled], trainer_logp[sampled], atol=1e-5, rtol=0)
-    assert (ro.sampler_logp[ro.guide_mask.bool()] == 0).all()
-
-
 def test_greedy_rows_of_a_prompt_are_identical(backend, tokenizer):
     ro = backend.generate(PROMPTS, 3, 1.0, max_new_tokens=6, greedy=True)
     check_rollouts(ro, tokenizer, PROMPTS, 3, max_new_tokens=6, greedy=True)
@@ -91,6 +75,8 @@ def test_the_contract_catches_a_broken_layout(backend, tokenizer):
             check_rollouts(broken, tokenizer, PROMPTS[:2], 2, max_new_tokens=6)
     with pytest.raises(AssertionError, match="rows"):
         check_rollouts(ro, tokenizer, PROMPTS, 2, max_new_tokens=6)
+    with pytest.raises(AssertionError, match="does not hold prompt"):
+        check_rollouts(ro, tokenizer, PROMPTS[1::-1], 2, max_new_tokens=6)
     flipped = dataclasses.replace(ro, truncated=~ro.truncated)
     with pytest.raises(AssertionError, match="truncated"):
         check_rollouts(flipped, tokenizer, PROMPTS[:2], 2, max_new_tokens=6)
@@ -98,18 +84,17 @@ def test_the_contract_catches_a_broken_layout(backend, tokenizer):
         check_rollouts(dataclasses.replace(ro, sampler_logp=None), tokenizer)
 
 
-def _as_vllm_outputs(ro, prompt_ids, guide_ids, n):
+def _as_vllm_outputs(ro, prompt_ids, n):
     """What vLLM returns for the rollouts `ro`: per prompt a RequestOutput whose samples hold
-    the sampled tokens (the guide prefix is part of the prompt) up to EOS, with log-probs."""
+    the sampled tokens up to EOS, with log-probs."""
     outputs = []
     for k in range(len(prompt_ids)):
         samples = []
         for j in range(n):
             i = k * n + j
             length = int(ro.completion_mask[i].sum())
-            g = len(guide_ids[k])
-            tokens = ro.completion_ids[i, g:length].tolist()
-            logps = ro.sampler_logp[i, g:length].tolist()
+            tokens = ro.completion_ids[i, :length].tolist()
+            logps = ro.sampler_logp[i, :length].tolist()
             steps = [
                 {t: SimpleNamespace(logprob=v, rank=1)} for t, v in zip(tokens, logps, strict=True)
             ]
@@ -118,20 +103,17 @@ def _as_vllm_outputs(ro, prompt_ids, guide_ids, n):
     return outputs
 
 
-@pytest.mark.parametrize("prefixes", [None, ["3+", "", "5+7=1"]])
-def test_vllm_outputs_are_laid_out_as_the_hf_backends(backend, tokenizer, prefixes):
+def test_vllm_outputs_are_laid_out_as_the_hf_backends(backend, tokenizer):
     torch.manual_seed(4)
     n, budget = 3, 9
-    ro = backend.generate(PROMPTS, n, 1.0, max_new_tokens=budget, prefixes=prefixes)
+    ro = backend.generate(PROMPTS, n, 1.0, max_new_tokens=budget)
     prompt_ids = tokenizer(PROMPTS, add_special_tokens=False)["input_ids"]
-    guides = prefixes or [""] * len(PROMPTS)
-    guide_ids = [tokenizer(g, add_special_tokens=False)["input_ids"] if g else [] for g in guides]
-    outputs = _as_vllm_outputs(ro, prompt_ids, guide_ids, n)
-    got = rollouts_from_vllm(outputs, prompt_ids, guide_ids, n, budget, tokenizer)
-    check_rollouts(got, tokenizer, PROMPTS, n, max_new_tokens=budget, prefixes=prefixes)
+    outputs = _as_vllm_outputs(ro, prompt_ids, n)
+    got = rollouts_from_vllm(outputs, prompt_ids, n, budget, tokenizer)
+    check_rollouts(got, tokenizer, PROMPTS, n, max_new_tokens=budget)
     assert got.prompt_len == ro.prompt_len and got.texts == ro.texts
     m = ro.completion_mask.bool()
-    for name in ("attention_mask", "completion_mask", "guide_mask", "truncated"):
+    for name in ("attention_mask", "completion_mask", "truncated"):
         assert torch.equal(getattr(got, name).long(), getattr(ro, name).long()), name
     assert torch.equal(got.input_ids[:, : ro.prompt_len], ro.input_ids[:, : ro.prompt_len])
     assert torch.equal(got.completion_ids[m], ro.completion_ids[m])
@@ -151,13 +133,13 @@ def test_vllm_outputs_are_cut_at_the_budget_and_the_first_eos(tokenizer):
         return SimpleNamespace(index=index, token_ids=tokens, logprobs=steps)
 
     out = SimpleNamespace(outputs=[sample(0, [a, eos]), sample(1, [a, b, a, b]), sample(2, [b])])
-    ro = rollouts_from_vllm([out], prompt, [[]], 3, max_new_tokens=3, tokenizer=tokenizer)
+    ro = rollouts_from_vllm([out], prompt, 3, max_new_tokens=3, tokenizer=tokenizer)
     assert ro.lengths.tolist() == [2, 3, 1]
     assert ro.truncated.tolist() == [False, True, True]
     assert ro.sampler_logp[1].tolist() == [-0.5, -0.5, -0.5]
     # A greedy request returns one sample, repeated over the prompt's rows.
     greedy = SimpleNamespace(outputs=[sample(0, [a, b, eos])])
-    ro = rollouts_from_vllm([greedy], prompt, [[]], 2, max_new_tokens=5, tokenizer=tokenizer)
+    ro = rollouts_from_vllm([greedy], prompt, 2, max_new_tokens=5, tokenizer=tokenizer)
     assert torch.equal(ro.input_ids[0], ro.input_ids[1]) and not ro.truncated.any()
 
 

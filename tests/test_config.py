@@ -100,7 +100,7 @@ def test_a_reward_knob_set_in_params_overrides_the_preset():
         ({"train": {"lr": "fast"}}, ["train.lr", "'fast'"]),
         ({"algo": "ppo"}, ["algo", "'ppo'", "allowed values", "'grpo'", "'oc_grpo'"]),
         ({"train": {"curriculum": "medium"}}, ["train.curriculum", "'learnable'"]),
-        ({"train": {"oc_grpo": {"c_min": 2.0}}}, ["c_min (2.0) must not exceed c_max"]),
+        ({"train": {"oc_grpo": {"floor": 2.0}}}, ["floor (2.0) must not exceed cap"]),
         ({"guide": {"fractions": [0.6, 0.2]}}, ["guide", "must be increasing"]),
         ({"train": {"codapo": {"quantile": 1.5}}}, ["train.codapo.quantile"]),
         ({"data": {"levels": [0, 6]}}, ["data.levels.0", "data.levels.1"]),

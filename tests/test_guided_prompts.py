@@ -6,17 +6,22 @@ import math
 
 import pytest
 
-from grpo_core.algorithms.offcontext import char_prefix
 from grpo_core.data.prompts import (
     MATH_INSTRUCTION,
     MCQ_INSTRUCTION,
+    TINY_HINT_LABEL,
+    char_prefix,
     code_prompt,
     continuation_prompt,
+    guide_wording,
     guided_prompt,
+    hinted_prompt,
+    is_tiny_prompt,
     math_prompt,
     mcq_prompt,
     render_prompt,
 )
+from grpo_core.data.tiny import arith, code, mcq
 from grpo_core.errors import InputError
 from grpo_core.models.tiny import build_char_tokenizer
 
@@ -143,12 +148,20 @@ def test_guided_prompt_keeps_paragraphs_inside_the_problem():
 @pytest.mark.parametrize(
     "prompt",
     [
-        "Q: 47+38=?\nA: ",  # the tiny world's continuation prompt has no instruction
         continuation_prompt('def add(a, b):\n    """Add a and b."""\n'),
         math_prompt("What is 2+3?") + "\n\nShow all steps.",  # the instruction is not last
         MATH_INSTRUCTION,  # no problem before it
         "Task.\n\nWrite a Python function `two words` that solves the task, in a ```python "
         "code block.",
+        # tiny-world look-alikes: the cue "A: " must follow a non-empty "Q: " line
+        "Q: 47+38=?\nA:",  # the cue without its space
+        "Q: 47+38=?\nA: 7+8=15",  # a prompt with a response already
+        "Q: 47+38=?A: ",  # the cue not on a line of its own
+        "\nA: ",  # no question
+        "A: ",
+        "Q: \nA: ",  # an empty question
+        "47+38=?\nA: ",  # no "Q: " label
+        "Q: 47+38=?\nH: 7+8=15\nA: ",  # already hinted: one hint per prompt
     ],
 )
 def test_guided_prompt_needs_a_prompt_ending_with_its_instruction(prompt):
@@ -159,6 +172,68 @@ def test_guided_prompt_needs_a_prompt_ending_with_its_instruction(prompt):
 def test_guided_prompt_needs_a_partial_solution():
     with pytest.raises(InputError, match="non-empty partial solution"):
         guided_prompt(math_prompt("What is 2+3?"), " \n", complete=False)
+    with pytest.raises(InputError, match="non-empty partial solution"):
+        guided_prompt("Q: 47+38=?\nA: ", "", complete=True)
+
+
+# --- the tiny world's guided prompt -------------------------------------------------------------
+
+
+def test_guided_tiny_arith_prompt_puts_the_hint_on_its_own_line_before_the_answer_cue():
+    prompt = arith.prompt(47, 38)
+    assert prompt == "Q: 47+38=?\nA: " and is_tiny_prompt(prompt)
+    assert TINY_HINT_LABEL == "H: "
+    guided = guided_prompt(prompt, "7+8=15", complete=False)
+    assert guided == "Q: 47+38=?\nH: 7+8=15\nA: "
+    # the same label for the whole solution: a char model reads no "verify it"
+    assert guided_prompt(prompt, ARITH, complete=True) == (
+        "Q: 47+38=?\nH: 7+8=15\n4+3+1=8\n\\boxed{85}\nA: "
+    )
+
+
+def test_guided_tiny_mcq_prompt_keeps_the_options_line_first():
+    prompt = mcq.prompt(47, 38, ("mass", "g"), [65, 75, 85, 95])
+    solution = mcq.solution(47, 38, 2, [65, 75, 85, 95])
+    assert prompt == "A) 65 B) 75 C) 85 D) 95\nQ: mass in g: 47+38=?\nA: "
+    assert solution == "7+8=15\n4+3+1=8\n8-6=2\nAnswer: C"  # 30 characters
+    # floor(0.6 * 30) = 18 is inside "8-6=2": back to the second newline
+    assert hinted_prompt(prompt, solution, 0.6) == (
+        "A) 65 B) 75 C) 85 D) 95\nQ: mass in g: 47+38=?\nH: 7+8=15\n4+3+1=8\nA: "
+    )
+    assert hinted_prompt(prompt, solution, 1.0) == (
+        "A) 65 B) 75 C) 85 D) 95\nQ: mass in g: 47+38=?\nH: 7+8=15\n4+3+1=8\n8-6=2\nAnswer: C\nA: "
+    )
+
+
+def test_guided_tiny_code_prompt_keeps_the_example():
+    spec = {"kind": "chain", "ops": [["add", 3], ["mul", 2]]}
+    prompt, solution = code.prompt(spec, 1), code.solution(spec)
+    assert prompt == "Q: f(x): add 3, mul 2. f(1)=8\nA: "
+    assert solution == "def f(x):\n    return (x+3)*2"  # 29 characters
+    # floor(0.5 * 29) = 14 is the "r" of "return": back to the indent, which is stripped
+    assert (
+        hinted_prompt(prompt, solution, 0.5) == "Q: f(x): add 3, mul 2. f(1)=8\nH: def f(x):\nA: "
+    )
+    assert hinted_prompt(prompt, solution, 1.0) == (
+        "Q: f(x): add 3, mul 2. f(1)=8\nH: def f(x):\n    return (x+3)*2\nA: "
+    )
+
+
+def test_hinted_tiny_arith_prompt_at_half_and_whole_solution():
+    prompt = "Q: 47+38=?\nA: "
+    # floor(0.5 * 25) = 12 is inside "4+3+1=8": back to the first newline
+    assert hinted_prompt(prompt, ARITH, 0.5) == "Q: 47+38=?\nH: 7+8=15\nA: "
+    assert hinted_prompt(prompt, ARITH, 1.0) == "Q: 47+38=?\nH: 7+8=15\n4+3+1=8\n\\boxed{85}\nA: "
+
+
+def test_guide_wording_is_the_tiny_label_unless_a_prompt_is_not_tiny():
+    tiny = [arith.prompt(47, 38), "A) 1 B) 2\nQ: x=?\nA: "]
+    assert guide_wording(tiny) == ["H: "]
+    wording = guide_wording([*tiny, math_prompt("What is 2+3?")])
+    guided = hinted_prompt(math_prompt("What is 2+3?"), "2+3=5", 1.0)
+    # every character the paper's template adds is in the wording
+    added = set(guided) - set(math_prompt("What is 2+3?")) - set("2+3=5")
+    assert added <= set("".join(wording))
 
 
 def test_guided_prompt_is_one_user_message_for_a_chat_model():

@@ -50,7 +50,7 @@ SMALL = {
     "guide": {"samples": 4, "max_new_tokens": 20, "fractions": [0.5, 1.0]},
     # Level 1 only: after 80 SFT steps it is solved sometimes, so groups have reward variance
     # and a changed learning rate changes the policy; most of its questions are never solved
-    # in 4 samples, so the guide stage and OC-GRPO's guided re-rolls have work to do.
+    # in 4 samples, so the guide stage and OC-GRPO's guided rows have work to do.
     "train": {
         "levels": [1],
         "steps": 2,

@@ -96,32 +96,6 @@ def test_concatenated_rollouts_keep_every_rows_log_probs(tokenizer, tiny_model):
     assert sub.texts == [both.texts[3], both.texts[0]]
 
 
-def test_guided_rollouts_start_with_the_prefix_and_score_as_sampled(tokenizer, tiny_model):
-    """A guided completion is prefix + continuation within max_new_tokens; guide_mask marks
-    the prefix; scoring it under the unguided prompt sees the same tokens and positions, so
-    the continuation's log-probs equal those of plain scoring of the guided context."""
-    from grpo_core.rollout.scoring import score_rollouts
-
-    torch.manual_seed(0)
-    prompts, prefixes = ["Q: 1+2=?\nA: ", "Q: 33+44=?\nA: "], ["3+", ""]
-    ro = generate(tiny_model, tokenizer, prompts, 3, 1.0, max_new_tokens=6, prefixes=prefixes)
-    assert all(t.startswith("3+") for t in ro.texts[:3])
-    assert ro.guide_mask[:3, :2].sum() == 6 and ro.guide_mask[:3, 2:].sum() == 0
-    assert ro.guide_mask[3:].sum() == 0
-    assert (ro.lengths <= 6).all()
-    has_eos = (ro.completion_ids * ro.completion_mask == tokenizer.eos_token_id).any(dim=1)
-    assert ro.truncated.tolist() == (~has_eos).tolist()
-    logp, entropy = score_rollouts(tiny_model, ro, 1.0, micro_batch_size=4)
-    row = ro.select([0])
-    p = row.prompt_len
-    direct, _ = token_logprobs(tiny_model, row.input_ids, row.attention_mask, p)
-    width = direct.shape[1]
-    torch.testing.assert_close(
-        logp[:1, :width] * row.completion_mask, direct * row.completion_mask, atol=1e-5, rtol=0
-    )
-    assert entropy.shape == logp.shape
-
-
 # ---- the sampler: model.generate's tokens, with its log-probs; shared prompts ---------------
 
 PROMPTS = ["Q: 4+3=?\nA: ", "Q: 147+38=?\nA: ", "Q: 12+9=?\nA: "]
@@ -255,7 +229,7 @@ def test_shared_prompts_give_the_log_probs_and_gradients_of_one_pass_per_row(tok
 def test_per_group_generators_sample_a_group_alike_whatever_shares_its_batch(tokenizer, eos_likely):
     """With one generator per prompt, a group's tokens depend on its generator only, not on
     which other groups are sampled beside it (how data-parallel processes split a step), and
-    the global generator is left alone; guided rollouts take them too."""
+    the global generator is left alone."""
 
     def gens(seeds):
         return [torch.Generator().manual_seed(s) for s in seeds]
@@ -272,19 +246,5 @@ def test_per_group_generators_sample_a_group_alike_whatever_shares_its_batch(tok
     assert texts == whole.texts and len(set(texts)) > 3
     other = generate(eos_likely, tokenizer, PROMPTS, 4, 1.0, 20, generators=gens([1, 2, 4]))
     assert other.texts[:8] == whole.texts[:8] and other.texts[8:] != whole.texts[8:]
-    guided = generate(
-        eos_likely,
-        tokenizer,
-        PROMPTS,
-        2,
-        1.0,
-        20,
-        prefixes=["7", "", "1"],
-        generators=gens([5, 6, 7]),
-    )
-    alone = generate(
-        eos_likely, tokenizer, PROMPTS[2:], 2, 1.0, 20, prefixes=["1"], generators=gens([7])
-    )
-    assert guided.texts[4:] == alone.texts
     with pytest.raises(ValueError, match="2 generators for 3 prompts"):
         generate(eos_likely, tokenizer, PROMPTS, 4, 1.0, 20, generators=gens([1, 2]))

@@ -201,99 +201,6 @@ def test_overlong_filter_leaves_truncated_completions_out_of_the_loss(
         assert metrics["frac_sequences_trained"] == (1.0 if trained else 0.0)
 
 
-@pytest.fixture
-def needs_the_solution(monkeypatch):
-    """Reward 1 only for completions that start with the full reference solution "3 5 7":
-    a random model never writes it alone, so every unguided group fails."""
-    monkeypatch.setitem(rewards.VERIFIERS, "sol", lambda c, answer: float(c.startswith("3 5 7")))
-    return [
-        Question(f"q{i}", "sol", 5, f"Q: {i}+9=?\nA: ", "7", solution="3 5 7") for i in range(4)
-    ]
-
-
-def _oc(**kw):
-    from grpo_core.config.train import OffContextParams
-
-    return _cfg(prompts_per_step=4, max_new_tokens=8, oc_grpo=OffContextParams(**kw))
-
-
-def test_oc_grpo_adaptive_re_rolls_failed_groups_with_growing_prefixes(
-    tokenizer, tiny_model, needs_the_solution
-):
-    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="adaptive", fractions=[0.34, 1.0]))
-    torch.manual_seed(0)
-    metrics, rows = trainer.step(needs_the_solution)
-    # 4 unguided groups fail, 4 re-rolls at 0.34 fail, 4 at 1.0 succeed: 12 groups of 8.
-    assert metrics["num_rollouts"] == 12 * 8
-    assert metrics["oc/guided_groups"] == 4 and metrics["oc/guided_solved"] == 1.0
-    assert all(r["guided"] and r["guide_fraction"] == 1.0 for r in rows)
-    assert all(r["reward_mean"] == 1.0 for r in rows)
-    # Prefix tokens get pi_old(token), clipped to [0.01, 1]: a random model gives ~1/30.
-    assert 0.01 <= metrics["oc/prefix_weight_mean"] < 0.2
-
-
-def test_oc_grpo_fixed_uses_each_questions_own_fraction_and_cascades_where_none_is_known(
-    tokenizer, tiny_model, needs_the_solution
-):
-    from dataclasses import replace
-
-    questions = [replace(q, guide_fraction=1.0) for q in needs_the_solution[:2]]
-    questions += needs_the_solution[2:]  # no fraction measured for these
-    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed", fractions=[0.34, 1.0]))
-    torch.manual_seed(0)
-    metrics, rows = trainer.step(questions)
-    # 4 unguided groups fail; q0, q1 re-roll once at their own 1.0; q2, q3 fall back to the
-    # cascade: 0.34 fails, 1.0 succeeds. 4 + 2 + 2 + 2 groups of 8.
-    assert metrics["num_rollouts"] == 10 * 8
-    assert [r["guide_fraction"] for r in rows] == [1.0, 1.0, 1.0, 1.0]
-    assert [r["reward_mean"] for r in rows] == [1.0, 1.0, 1.0, 1.0]
-
-
-def test_oc_grpo_fixed_keeps_its_own_fraction_even_when_it_fails(
-    tokenizer, tiny_model, needs_the_solution
-):
-    """The measured fraction is the fixed mode's answer, not a first try: a group re-rolled
-    at it is kept unsolved, not cascaded further."""
-    from dataclasses import replace
-
-    questions = [replace(q, guide_fraction=0.34) for q in needs_the_solution]
-    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(mode="fixed", fractions=[0.34, 1.0]))
-    torch.manual_seed(0)
-    metrics, rows = trainer.step(questions)
-    assert metrics["num_rollouts"] == 8 * 8
-    assert [r["guide_fraction"] for r in rows] == [0.34] * 4
-    assert [r["reward_mean"] for r in rows] == [0.0] * 4
-
-
-def test_oc_grpo_correction_none_and_importance_differ_only_on_guided_tokens(
-    tokenizer, tiny_model, needs_the_solution, monkeypatch
-):
-    """Half the guided rollouts are rewarded, so the guided groups train; the importance
-    correction must change the update (prefix weights < 1), correction none must not weight."""
-    calls = []
-    states = {}
-    for correction in ("importance", "none"):
-        model = type(tiny_model)(tiny_model.config)
-        model.load_state_dict(tiny_model.state_dict())
-        trainer = GRPOTrainer(
-            model, tokenizer, _oc(mode="adaptive", fractions=[1.0], correction=correction)
-        )
-        original = trainer.update
-        monkeypatch.setattr(
-            trainer,
-            "update",
-            lambda ro, rw, _o=original, **kw: (
-                calls.append(kw) or _o(ro, (torch.arange(len(rw)) % 2).float(), **kw)
-            ),
-        )
-        torch.manual_seed(0)
-        trainer.step(needs_the_solution)
-        states[correction] = model.state_dict()
-    weighted, plain = calls[0]["token_weights"], calls[1]["token_weights"]
-    assert plain is None and weighted is not None and (weighted < 1).any()
-    assert any(not torch.equal(states["importance"][k], states["none"][k]) for k in states["none"])
-
-
 @pytest.mark.parametrize("guarded", [False, True])
 def test_codapo_reweights_advantages_and_trains_the_selected_questions_next(
     tokenizer, tiny_model, monkeypatch, guarded
@@ -350,31 +257,6 @@ def test_codapo_reweights_advantages_and_trains_the_selected_questions_next(
     assert len(seen[1]["adv_weights"]) == 64  # the value weighting applies on odd steps too
     # Odd steps select nothing.
     assert trainer.resample_queue == [] and metrics["codapo/selected_questions"] == 0
-
-
-def test_oc_grpo_mixed_groups_keep_unguided_failures_beside_guided_rollouts(
-    tokenizer, tiny_model, needs_the_solution
-):
-    """With guided_rollouts=4 of G=8, a failed group keeps 4 unguided failures and takes 4
-    guided successes: a reward contrast, so the group trains, where a fully guided group
-    (all correct) would carry no gradient."""
-    from dataclasses import replace
-
-    questions = [replace(q, guide_fraction=1.0) for q in needs_the_solution[:2]]
-    questions += needs_the_solution[2:]  # these cascade over `fractions`: [1.0]
-    oc = {"mode": "fixed", "fractions": [1.0]}
-    trainer = GRPOTrainer(tiny_model, tokenizer, _oc(**oc, guided_rollouts=4))
-    torch.manual_seed(0)
-    metrics, rows = trainer.step(questions)
-    assert metrics["num_rollouts"] == 4 * 8 + 2 * 4 + 2 * 4
-    assert [r["reward_mean"] for r in rows] == [0.5] * 4
-    assert [r["trained"] for r in rows] == [True] * 4
-    assert all(r["update_weight_abs"] > 0 for r in rows)
-    full = GRPOTrainer(tiny_model, tokenizer, _oc(**oc))
-    torch.manual_seed(0)
-    _, rows = full.step(questions)
-    # all-correct guided groups: std 0, in the loss (the preset keeps them) with weight 0
-    assert [r["update_weight_abs"] for r in rows] == [0.0] * 4
 
 
 def test_the_training_reward_is_the_weighted_sum_and_each_component_is_logged(

@@ -28,38 +28,7 @@ continuation, under that context, rewarding prefix + continuation.
 
 from __future__ import annotations
 
-import re
-
 import torch
-
-# The reference drops Asymptote diagram source before cutting ([asy] ... [/asy] in MATH
-# solutions), and only a space, newline or tab counts as a word boundary.
-_ASYMPTOTE = re.compile(r"\[asy\].*?\[/asy\]", re.DOTALL)
-_WORD_BOUNDARY = " \n\t"
-
-
-def char_prefix(solution: str, fraction: float) -> str:
-    """The paper's hint: the first `fraction` of the solution's characters, cut back to a word
-    boundary, with the trailing whitespace stripped.
-
-    The solution is first stripped (and any `[asy]...[/asy]` diagram removed); the target length
-    is floor(fraction * len), at least 1. The cut moves back from the target to the nearest
-    space, newline or tab, so a word ending exactly at the target is kept; when no boundary
-    precedes the target (the first word is longer) the cut stays at the target, mid-word.
-    Fraction 1 is the whole stripped solution.
-    """
-    if not 0 < fraction <= 1:
-        raise ValueError(f"guidance fraction must be in (0, 1], got {fraction}")
-    text = _ASYMPTOTE.sub("", solution).strip()
-    target = max(1, int(fraction * len(text)))
-    if fraction == 1 or target >= len(text):
-        return text
-    cut = target
-    while cut > 0 and text[cut] not in _WORD_BOUNDARY:
-        cut -= 1
-    if cut == 0:
-        cut = target
-    return text[:cut].rstrip()
 
 
 def importance_weights(

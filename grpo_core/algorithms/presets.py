@@ -6,7 +6,7 @@ for the reward shaping that is part of one (`REWARD_PRESETS`: DAPO's overlong pu
 overrides the preset (`dvc exp run -S algo=dapo -S train.clip_high=0.3`). Everything else in `train`
 (learning rate, group size, budget) is shared by all presets, so two presets at the same
 params spend the same rollout budget, except where the algorithm itself draws more
-(DAPO's dynamic sampling, OC-GRPO's guided re-rolls: both logged as `num_rollouts`).
+(DAPO's dynamic sampling, OC-GRPO's guided rollouts: both logged as `num_rollouts`).
 
 - `grpo`: DeepSeekMath (Shao et al., 2024), sec. 4.1: group-normalised advantages, PPO clip
   0.2, no KL, with the token-mean aggregation that TRL (`loss_type="dapo"`) and verl use by
@@ -23,9 +23,10 @@ params spend the same rollout budget, except where the algorithm itself draws mo
   per-question value from rollout confidence and empirical difficulty, on alternating steps: a
   fresh batch, then a batch of the questions it valued most (`train.codapo`;
   grpo_core.algorithms.codapo); with verl's loss terms, dual clip 3.0 and entropy bonus 0.001.
-- `oc_grpo`: Off-Context GRPO: GRPO where a group whose rollouts all fail is re-rolled with a
-  prefix of the reference solution, and the importance-corrected loss trains the unguided
-  prompt (`train.oc_grpo`; grpo_core.algorithms.offcontext).
+- `oc_grpo`: Off-Context GRPO (AgPriyank/OC-GRPO), its fixed variant: every question the
+  `guide` stage unlocked also gets a guided row, sampled with a prefix of the reference solution
+  in the prompt and trained on the unguided prompt with per-token importance weights
+  (`train.oc_grpo`; grpo_core.training.guidance, grpo_core.algorithms.offcontext).
 """
 
 from __future__ import annotations

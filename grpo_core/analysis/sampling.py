@@ -19,7 +19,6 @@ def sample_problems(
     problems: list[dict],
     cfg: SamplingParams,
     desc: str,
-    prefixes: list[str] | None = None,
     with_logprobs: bool = False,
     code: CodeRewardConfig | None = None,
     greedy: bool = False,
@@ -29,10 +28,10 @@ def sample_problems(
     one greedy completion per problem instead.
 
     Returns one row per completion, problem by problem: `index` (into `problems`), `sample`,
-    `completion` (guide prefix included), `reward` (the verifier's, code checked in parallel
-    with `code`'s limits), `answer` (the final answer it commits to, None if none), `length`
-    (tokens), `truncated`, and with `with_logprobs` the completion's `mean_logprob` (mean token
-    log-prob under `model`).
+    `completion` (the model's text alone), `reward` (the verifier's on that text, so a hint in
+    the prompt earns nothing; code checked in parallel with `code`'s limits), `answer` (the
+    final answer it commits to, None if none), `length` (tokens), `truncated`, and with
+    `with_logprobs` the completion's `mean_logprob` (mean token log-prob under `model`).
     """
     model.eval()
     n = 1 if greedy else cfg.samples
@@ -47,7 +46,6 @@ def sample_problems(
             n,
             cfg.temperature,
             cfg.max_new_tokens,
-            prefixes=None if prefixes is None else prefixes[start : start + per_call],
             greedy=greedy,
         )
         lengths = ro.lengths.tolist()

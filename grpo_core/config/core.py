@@ -46,7 +46,7 @@ def _increasing(fractions: list[float]) -> list[float]:
     return fractions
 
 
-# Reference-solution prefix fractions, tried in order (OC-GRPO guidance).
+# Hint fractions (of the reference solution's characters, `char_prefix`), tried in order (OC-GRPO).
 Fractions = Annotated[list[Fraction], Field(min_length=1), AfterValidator(_increasing)]
 TinyLevel = Annotated[int, Field(ge=1, le=5)]
 Level = Annotated[int, Field(ge=0, le=5)]  # 0: a real dataset without difficulty levels

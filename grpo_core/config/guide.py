@@ -11,12 +11,14 @@ from grpo_core.config.sampling import SamplingParams
 
 class GuideParams(SamplingParams):
     """`guide` stage: for profiled questions the base never solved, the smallest prefix of
-    the reference solution that unlocks them (OC-GRPO's fixed guidance)."""
+    the reference solution that unlocks them as a hint in the prompt (OC-GRPO's fixed
+    guidance: the guided prompt x~, `hinted_prompt`; the base writes the whole response)."""
 
     fractions: Fractions = Field(
         default=[0.2, 0.4, 0.6, 0.8, 1.0],
-        description="Prefix fractions tried in order; a question keeps the first one with at "
-        "least one correct completion among `samples`.",
+        description="Hint fractions of the reference solution (`char_prefix`), tried in "
+        "order; a question keeps the first one with at least one correct completion among "
+        "`samples` sampled from its guided prompt.",
     )
 
 

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from grpo_core.config.code_reward import CodeRewardView
 from grpo_core.config.core import (
     Fraction,
+    Fractions,
     PositiveFloat,
     PositiveInt,
     Section,
@@ -79,6 +80,27 @@ class SFTParams(Section):
         default=[1.0, 1.0, 1.0, 0.5, 0.15],
         description="Sampling weight of each level (level 1 first) in the SFT mixture; "
         "low weights on hard levels leave them unsolved, which is what RL studies need.",
+    )
+    guided_batch_size: Annotated[int, Field(ge=0)] = Field(
+        32,
+        description="Guided examples added to each batch: the prompt is Off-Context GRPO's "
+        "guided prompt x~ (`hinted_prompt`: a prefix of the reference solution on an 'H: ' "
+        "line), the target still the whole solution, so that the base can read a hint when the "
+        "`guide` stage and OC-GRPO prompt it with one. Drawn from a random stream of their own: "
+        "the `batch_size` unguided examples are those of a warm start without them. 0: none.",
+    )
+    guided_level_weights: list[Annotated[float, Field(ge=0)]] = Field(
+        default=[0.0, 0.0, 0.0, 1.0, 1.0],
+        description="Sampling weight of each level among the guided examples. A hint teaches "
+        "the model to read it only where it cannot compute the answer alone: measured on seed "
+        "0, hints on every level (or on levels 3-5 with 1/4 weight on 1-2) left level-5 "
+        "accuracy with a hint where it was without one (0.2-0.6%), hints on levels 4-5 alone "
+        "raised it from 1.2% to 6-9% (docs/algorithms.md#off-context-grpo).",
+    )
+    guided_fractions: Fractions = Field(
+        default=[0.2, 0.4, 0.6, 0.8, 1.0],
+        description="Hint fractions of the reference solution (`char_prefix`), one drawn "
+        "uniformly per guided example.",
     )
     stop: SFTStop | None = Field(
         SFTStop(), description="Stop at a target accuracy on a probe; null: run every step."

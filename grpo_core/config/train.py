@@ -115,40 +115,56 @@ class CodapoParams(Section):
 
 
 class OffContextParams(Section):
-    """Off-Context GRPO: guided re-rolls for groups whose rollouts all fail."""
+    """Off-Context GRPO (Agrawal et al.; reference AgPriyank/OC-GRPO): rollouts sampled with a
+    prefix of the reference solution in the prompt, trained on the prompt without it
+    (grpo_core.training.guidance)."""
 
     mode: Literal["off", "adaptive", "fixed"] = Field(
         "off",
-        description="Set by `algo: oc_grpo` (fixed); null in params.yaml. adaptive: re-roll a "
-        "failed group with reference-solution prefixes of increasing `fractions` until one "
-        "rollout is correct; fixed: re-roll once with the fraction data/guides.parquet found, "
-        "and a question it has no fraction for (not profiled, or not unlocked) as adaptive.",
+        description="Set by `algo: oc_grpo` (fixed); null in params.yaml. fixed: every question "
+        "the guide stage unlocked (data/guides.parquet) has a guided twin in the pool, sampled "
+        "from its hinted prompt at that fraction as a group of its own; adaptive: a group whose "
+        "rollouts all fail is re-rolled at each of `fractions` in turn, and the first fraction "
+        "with a correct rollout replaces it.",
     )
     fractions: Fractions = Field(
         default=[0.2, 0.4, 0.6, 0.8, 1.0],
-        description="Guidance fractions tried in order by the adaptive mode.",
+        description="Hint fractions the adaptive mode tries in order (of the solution's "
+        "characters, cut back to a word boundary).",
     )
     guided_rollouts: PositiveInt | None = Field(
         None,
-        description="How many of a failed group's G rollouts are replaced by guided ones; null "
-        "replaces all G. Fewer keep unguided failures in the group, so a guide that makes every "
-        "guided rollout correct still leaves a reward contrast (and a gradient) in the group.",
+        description="Adaptive mode: how many of a failed group's G rollouts the guided ones "
+        "replace; null replaces all G (the reference). Fewer keep unguided failures in the "
+        "group, so a hint that makes every guided rollout correct still leaves a reward "
+        "contrast (our option).",
     )
-    correction: Literal["importance", "none"] = Field(
+    correction: Literal["importance", "none", "hinted", "prefix_rl"] = Field(
         "importance",
-        description="importance: weight each token's advantage by the clipped ratio of the "
-        "unguided to the guided rollout policy (OC-GRPO); none: the uncorrected guided baseline.",
+        description="How guided rows are trained. importance (the paper): under the unguided "
+        "prompt, each token's advantage weighted by clamp(exp(gamma (log pi_old(y_t|x) - "
+        "log pi_old(y_t|x~))), floor, cap); none: under the unguided prompt, unweighted; "
+        "hinted: under the hinted prompt itself, unweighted; prefix_rl: the prefix placed after "
+        "the prompt (the assistant turn), only the continuation trained, prefix + continuation "
+        "rewarded.",
     )
     gamma: Annotated[float, Field(ge=0)] = Field(
-        1.0, description="Exponent on the log-ratio in the importance weight."
+        1.0, description="Exponent on the weight (gamma in exp(-diff)^gamma)."
     )
-    c_min: Annotated[float, Field(ge=0)] = Field(0.01, description="Lower clip of the weight.")
-    c_max: PositiveFloat = Field(1.0, description="Upper clip of the weight.")
+    floor: Annotated[float, Field(ge=0)] = Field(
+        0.01, description="Lower clamp of the weight (0.01 in all the reference's runs)."
+    )
+    cap: PositiveFloat = Field(1.0, description="Upper clamp of the weight.")
 
     @model_validator(mode="after")
-    def _clip_order(self) -> OffContextParams:
-        if self.c_min > self.c_max:
-            raise ValueError(f"c_min ({self.c_min}) must not exceed c_max ({self.c_max})")
+    def _consistent(self) -> OffContextParams:
+        if self.floor > self.cap:
+            raise ValueError(f"floor ({self.floor}) must not exceed cap ({self.cap})")
+        if self.guided_rollouts is not None and self.mode == "fixed":
+            raise ValueError(
+                "guided_rollouts applies to mode adaptive; fixed mode's guided rows are whole "
+                "groups of their own"
+            )
         return self
 
 

@@ -16,16 +16,16 @@ AgPriyank/OC-GRPO) from any of these three: "Problem: " and the prompt's body, a
 "Partial reference solution: <prefix>" (or "Reference solution: <solution>" for the whole one),
 then the instruction to complete the solution (or to verify it), followed by the domain's own
 answer-format instruction, kept word for word and last as in the reference. It is plain text,
-so `render_prompt` wraps it as one user message like any other prompt.
+so `render_prompt` wraps it as one user message like any other prompt. The tiny world's
+prompts ("Q: 47+38=?\\nA: ") get a hint line instead: "Q: 47+38=?\\nH: 7+8=15\\nA: ".
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from grpo_core.algorithms.offcontext import char_prefix
 from grpo_core.errors import InputError
 
 if TYPE_CHECKING:
@@ -86,6 +86,50 @@ GUIDE_FULL_LABEL = "Reference solution:"
 GUIDE_FULL_INSTRUCTION = (
     "Here is the full reference solution. Verify it and show your work step by step."
 )
+GUIDE_PROBLEM_LABEL = "Problem:"
+
+# The tiny world's prompts end with the answer cue "\nA: " after a "Q: " line
+# (grpo_core/data/tiny/); their guided prompt puts the hint on its own "H: " line before the cue.
+TINY_ANSWER_CUE = "A: "
+TINY_QUESTION_LABEL = "Q: "
+TINY_HINT_LABEL = "H: "
+
+
+def _tiny_question(prompt_text: str) -> str | None:
+    """A tiny-world prompt less its answer cue (ending with the "Q: " line's newline), or
+    None when `prompt_text` is not one: its last line must be the cue "A: " and the line before
+    it a question "Q: <something>"."""
+    head, cue = prompt_text[: -len(TINY_ANSWER_CUE)], prompt_text[-len(TINY_ANSWER_CUE) :]
+    if cue != TINY_ANSWER_CUE or not head.endswith("\n"):
+        return None
+    question = head[:-1].rpartition("\n")[2]
+    if (
+        not question.startswith(TINY_QUESTION_LABEL)
+        or not question[len(TINY_QUESTION_LABEL) :].strip()
+    ):
+        return None
+    return head
+
+
+def is_tiny_prompt(prompt_text: str) -> bool:
+    """Whether `prompt_text` is in the tiny world's "Q: ...\\nA: " template."""
+    return _tiny_question(prompt_text) is not None
+
+
+def guide_wording(prompts: Iterable[str]) -> list[str]:
+    """The text `guided_prompt` adds to `prompts` besides their hints: the tiny hint label, and
+    the paper's labels and instructions if any prompt is not a tiny one. A character tokenizer
+    built from a corpus needs it to spell the guided prompts of that corpus."""
+    wording = [TINY_HINT_LABEL]
+    if not all(is_tiny_prompt(p) for p in prompts):
+        wording += [
+            GUIDE_PROBLEM_LABEL,
+            GUIDE_PARTIAL_LABEL,
+            GUIDE_PARTIAL_INSTRUCTION,
+            GUIDE_FULL_LABEL,
+            GUIDE_FULL_INSTRUCTION,
+        ]
+    return wording
 
 
 def _is_answer_instruction(paragraph: str) -> bool:
@@ -103,9 +147,11 @@ def _is_answer_instruction(paragraph: str) -> bool:
 
 
 def guided_prompt(prompt_text: str, partial: str, complete: bool) -> str:
-    """Off-Context GRPO's guided prompt x~ for a `math_prompt`, `mcq_prompt` or `code_prompt`.
+    """Off-Context GRPO's guided prompt x~ for a `math_prompt`, `mcq_prompt`, `code_prompt` or
+    a tiny-world prompt.
 
-    The prompt's last paragraph, its answer-format instruction, moves to the end:
+    For the first three, the prompt's last paragraph, its answer-format instruction, moves to
+    the end:
 
         Problem: <the prompt without its instruction>
 
@@ -114,30 +160,86 @@ def guided_prompt(prompt_text: str, partial: str, complete: bool) -> str:
         Here is a partial reference solution ... step by step. <answer-format instruction>
 
     `complete=True` (guidance fraction 1, `partial` is the whole solution) labels the block
-    "Reference solution:" and asks the model to verify it instead. `partial` is the hint as
-    `offcontext.char_prefix` cuts it; it must not be empty.
+    "Reference solution:" and asks the model to verify it instead.
+
+    A tiny-world prompt ("Q: <question>\\nA: ", the mcq options on lines before the question)
+    gets the hint on a line of its own before the answer cue "A: ":
+
+        Q: 47+38=?
+        H: 7+8=15
+        A:
+
+    ("Q: 47+38=?\\nH: 7+8=15\\nA: "), with the same label `TINY_HINT_LABEL` for a partial and
+    a complete solution: a character-level model reads no instructions, so the paper's wording
+    (and its "verify it" at fraction 1) would only be characters it never trained on; "H: "
+    marks the hint, and the answer cue stays last so the model writes its response where it
+    always does.
+
+    `partial` is the hint as `offcontext.char_prefix` cuts it; it must not be empty.
     """
+    if not partial.strip():
+        raise InputError("a guided prompt needs a non-empty partial solution")
+    tiny = _tiny_question(prompt_text)
+    if tiny is not None:
+        return f"{tiny}{TINY_HINT_LABEL}{partial}\n{TINY_ANSWER_CUE}"
     body, sep, instruction = prompt_text.rpartition("\n\n")
     if not sep or not body.strip() or not _is_answer_instruction(instruction):
         raise InputError(
             "a guided prompt needs a math, mcq or code prompt ending with its answer-format "
-            f"instruction; got one ending {prompt_text[-60:]!r}"
+            "instruction, or a tiny-world prompt (a 'Q: ' line, then 'A: '); got one ending "
+            f"{prompt_text[-60:]!r}"
         )
-    if not partial.strip():
-        raise InputError("a guided prompt needs a non-empty partial solution")
     label, guide = (
         (GUIDE_FULL_LABEL, GUIDE_FULL_INSTRUCTION)
         if complete
         else (GUIDE_PARTIAL_LABEL, GUIDE_PARTIAL_INSTRUCTION)
     )
-    return f"Problem: {body}\n\n{label} {partial}\n\n{guide} {instruction}"
+    return f"{GUIDE_PROBLEM_LABEL} {body}\n\n{label} {partial}\n\n{guide} {instruction}"
+
+
+# The reference drops Asymptote diagram source before cutting ([asy] ... [/asy] in MATH
+# solutions), and only a space, newline or tab counts as a word boundary.
+_ASYMPTOTE = re.compile(r"\[asy\].*?\[/asy\]", re.DOTALL)
+_WORD_BOUNDARY = " \n\t"
+
+
+def char_prefix(solution: str, fraction: float) -> str:
+    """The paper's hint: the first `fraction` of the solution's characters, cut back to a word
+    boundary, with the trailing whitespace stripped.
+
+    The solution is first stripped (and any `[asy]...[/asy]` diagram removed); the target length
+    is floor(fraction * len), at least 1. The cut moves back from the target to the nearest
+    space, newline or tab, so a word ending exactly at the target is kept; when no boundary
+    precedes the target (the first word is longer) the cut stays at the target, mid-word.
+    Fraction 1 is the whole stripped solution.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"guidance fraction must be in (0, 1], got {fraction}")
+    text = _ASYMPTOTE.sub("", solution).strip()
+    target = max(1, int(fraction * len(text)))
+    if fraction == 1 or target >= len(text):
+        return text
+    cut = target
+    while cut > 0 and text[cut] not in _WORD_BOUNDARY:
+        cut -= 1
+    if cut == 0:
+        cut = target
+    return text[:cut].rstrip()
 
 
 def hinted_prompt(prompt_text: str, solution: str, fraction: float) -> str:
     """The guided prompt x~ as plain text (before any chat template): `prompt_text` with the
     hint `char_prefix(solution, fraction)` (`guided_prompt`; fraction 1 gives the whole
-    solution, to verify)."""
+    solution, to verify; a tiny-world prompt labels either "H: ")."""
     return guided_prompt(prompt_text, char_prefix(solution, fraction), complete=fraction >= 1)
+
+
+def render_hinted(
+    tokenizer: PreTrainedTokenizerBase, prompt_text: str, solution: str, fraction: float, chat: bool
+) -> str:
+    """The guided prompt x~ as the model is given it: `hinted_prompt`, through the chat template
+    for an instruct model (`render_prompt`)."""
+    return render_prompt(tokenizer, hinted_prompt(prompt_text, solution, fraction), chat)
 
 
 def render_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool) -> str:

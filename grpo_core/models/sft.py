@@ -5,6 +5,11 @@ held-out train questions of one level, and training ends at the first check whos
 reaches the target, so that the base starts RL with that level at about the same accuracy
 whatever the seed or the CPU (the levels around it still move; docs/pipeline.md#calibration).
 Every check samples with the same seed, so two checks differ by the model, not the draw.
+
+Each batch also holds `model.sft.guided_batch_size` guided examples: the prompt carries a hint,
+a prefix of the reference solution (`hinted_prompt`, Off-Context GRPO's guided prompt x~), and
+the target is still the whole solution, so that the base learns to read a hint before the
+`guide` stage and OC-GRPO prompt it with one. The probe is never guided.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from grpo_core.config.model import SFTParams, SFTStop
+from grpo_core.data.prompts import hinted_prompt
 from grpo_core.errors import InputError
 from grpo_core.rewards.code import CodeRewardConfig
 from grpo_core.rewards.verify import verify_batch
@@ -40,19 +46,46 @@ def sft_batch(tokenizer, prompts: list[str], targets: list[str]) -> dict[str, to
     return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
 
 
-def level_mixture(levels: np.ndarray, level_weights: list[float]) -> np.ndarray:
-    """Per-row sampling probabilities so that level L gets weight level_weights[L-1] in total."""
+def level_mixture(
+    levels: np.ndarray, level_weights: list[float], name: str = "model.sft.level_weights"
+) -> np.ndarray:
+    """Per-row sampling probabilities so that level L gets weight level_weights[L-1] in total
+    (`name`: the param the weights come from, for errors)."""
     if levels.max() > len(level_weights):
         raise InputError(
-            f"model.sft.level_weights has {len(level_weights)} entries but the data has "
-            f"level {levels.max()}"
+            f"{name} has {len(level_weights)} entries but the data has level {levels.max()}"
         )
     weights = np.asarray(level_weights, dtype=float)[levels - 1]
     counts = np.bincount(levels)[levels]
     p = weights / counts
     if p.sum() <= 0:
-        raise InputError("model.sft.level_weights gives every training level weight 0")
+        raise InputError(f"{name} gives every training level weight 0")
     return p / p.sum()
+
+
+# Salt of the hints' random stream, so that drawing them leaves the batch indices alone.
+HINT_SALT = 0x68696E74  # "hint"
+
+
+def guided_examples(
+    prompts: list[str],
+    solutions: list[str],
+    probs: np.ndarray | None,
+    params: SFTParams,
+    rng: np.random.Generator,
+) -> tuple[list[str], list[str], list[float]]:
+    """`params.guided_batch_size` guided examples drawn by `probs` (the guided level mixture):
+    their hinted prompts `hinted_prompt(prompt, solution, f)` at a fraction f drawn uniformly
+    from `params.guided_fractions`, their targets (the whole solutions) and their fractions."""
+    n = params.guided_batch_size
+    if n == 0:
+        return [], [], []
+    idx = rng.choice(len(prompts), size=n, p=probs)
+    fractions = rng.choice(np.asarray(params.guided_fractions, dtype=float), size=n).tolist()
+    hinted = [
+        hinted_prompt(prompts[i], solutions[i], f) for i, f in zip(idx, fractions, strict=True)
+    ]
+    return hinted, [solutions[i] for i in idx], fractions
 
 
 @dataclass
@@ -142,12 +175,23 @@ def warm_start(
     """Train `model` in place on (prompt, target) pairs drawn by `params.level_weights`, on a
     cosine schedule of `params.steps`; with `probe`, check its accuracy every
     `probe.stop.every` steps from step `probe.stop.first`, and stop at the first check that
-    reaches `probe.stop.accuracy` (the last step is checked too)."""
+    reaches `probe.stop.accuracy` (the last step is checked too).
+
+    The targets are the reference solutions. Each batch also holds `params.guided_batch_size`
+    guided examples (`guided_examples`), a prefix of their target as the hint in their prompt,
+    drawn by `params.guided_level_weights` from a random stream of their own (seeded by `seed`
+    and `HINT_SALT`), so the unguided examples are those of a warm start without them."""
     out = WarmStart(reached=None if probe is None else False)
     if params.steps == 0:
         return out
     rng = np.random.default_rng(seed)
+    hints = np.random.default_rng([seed, HINT_SALT])
     probs = level_mixture(levels, params.level_weights)
+    guided_probs = None
+    if params.guided_batch_size:
+        guided_probs = level_mixture(
+            levels, params.guided_level_weights, "model.sft.guided_level_weights"
+        )
     opt = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0)
     sched = get_cosine_schedule_with_warmup(opt, params.warmup_steps, params.steps)
     torch.manual_seed(seed)
@@ -155,7 +199,12 @@ def warm_start(
     bar = tqdm(range(1, params.steps + 1), desc="sft", unit="step")
     for step in bar:
         idx = rng.choice(len(prompts), size=params.batch_size, p=probs)
-        batch = sft_batch(tokenizer, [prompts[i] for i in idx], [targets[i] for i in idx])
+        hinted, hinted_targets, _ = guided_examples(prompts, targets, guided_probs, params, hints)
+        batch = sft_batch(
+            tokenizer,
+            [prompts[i] for i in idx] + hinted,
+            [targets[i] for i in idx] + hinted_targets,
+        )
         loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

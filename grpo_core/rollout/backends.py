@@ -6,8 +6,7 @@ log-prob the *sampler* gave each completion token. After every optimizer step th
 `sync_weights(policy)` so that the next rollouts come from the updated policy.
 
 - `HFBackend` samples with the live training model (`grpo_core.rollout.sampler.generate`); sync
-  is a no-op, and on unguided rows the sampler's log-probs are the trainer's, up to float
-  rounding.
+  is a no-op, and the sampler's log-probs are the trainer's, up to float rounding.
 - `VLLMBackend` (`grpo_core.rollout.vllm`) samples with a vLLM engine colocated in the training
   process (as TRL's `vllm_mode="colocate"`): its own copy of the weights in bf16, its own
   kernels. Its log-probs differ from the trainer's a little even right after a sync (the
@@ -17,9 +16,8 @@ log-prob the *sampler* gave each completion token. After every optimizer step th
 on vLLM output, `tests/test_backends.py` on the HF backend's.
 
 Sampler log-probs, row by row: on sampled tokens, log q(y_t | x, y_<t) at the sampling
-temperature (the distribution actually sampled from, after temperature scaling); on the tokens
-of a guide prefix (Off-Context GRPO), 0: the guided sampler was given them, with probability 1;
-for greedy decoding, the model's log-probs at temperature 1 (informational: nothing was sampled).
+temperature (the distribution actually sampled from, after temperature scaling); for greedy
+decoding, the model's log-probs at temperature 1 (informational: nothing was sampled).
 Outside `completion_mask` the values mean nothing.
 """
 
@@ -45,13 +43,10 @@ class RolloutBackend(Protocol):
         num_samples: int,
         temperature: float,
         max_new_tokens: int,
-        prefixes: list[str] | None = None,
         greedy: bool = False,
     ) -> Rollouts:
-        """`num_samples` completions per prompt, rows grouped prompt by prompt, with
-        `sampler_logp` filled (see the module docstring). `prefixes` (one per prompt, "" for
-        none) start each completion with a guide prefix given to the sampler and marked in
-        `guide_mask`; the completion, prefix included, has at most `max_new_tokens` tokens."""
+        """`num_samples` completions per prompt, rows grouped prompt by prompt, each of at most
+        `max_new_tokens` tokens, with `sampler_logp` filled (see the module docstring)."""
         ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:
@@ -85,10 +80,6 @@ def truncated_is_weights(
     (token level; the ratio clamped above only) and verl's truncated importance sampling
     (`actor_rollout_ref.actor.tis_imp_ratio_cap`; Yao et al., 2025, "Your Efficient RL
     Framework Secretly Brings You Off-Policy RL Training"), where C = 2 is the usual value.
-
-    Guide-prefix tokens have log q = 0 (the sampler was given them), so there w_t would be
-    min(pi_old(y_t), cap): Off-Context GRPO already weights those tokens (`offcontext`), so a
-    caller should pass `mask = completion_mask & ~guide_mask` to correct sampled tokens only.
     """
     if cap <= 0:
         raise ValueError(f"the importance-weight cap must be > 0, got {cap}")
@@ -108,7 +99,6 @@ def check_rollouts(
     prompts: Sequence[str] | None = None,
     num_samples: int | None = None,
     max_new_tokens: int | None = None,
-    prefixes: Sequence[str] | None = None,
     greedy: bool = False,
 ) -> None:
     """Raise AssertionError (with what is wrong) unless `ro` is laid out as the trainer expects.
@@ -117,33 +107,22 @@ def check_rollouts(
     prompts and right-padded completions (`attention_mask` = 0..0 1..1 | `completion_mask`);
     each completion stops at its first EOS, and `truncated` means no EOS (then, with
     `max_new_tokens`, the full budget was used); no completion longer than `max_new_tokens`,
-    and no all-padding column at the end; `texts` are the decoded completion tokens; `guide_mask`
-    marks a leading part of the completion, equal to the tokenized prefix (with `prefixes`);
-    `sampler_logp` is there, finite and <= 0 on completion tokens, 0 on guide tokens; with
-    `greedy`, the rows of a prompt are identical.
+    and no all-padding column at the end; `texts` are the decoded completion tokens; each row
+    holds its prompt's tokens (with `prompts`); `sampler_logp` is there, finite and <= 0 on
+    completion tokens; with `greedy`, the rows of a prompt are identical.
     """
     _check_shapes(ro, prompts, num_samples)
     p = ro.prompt_len
-    cmask_l, gmask_l = ro.completion_mask.long().cpu(), ro.guide_mask.long().cpu()
+    cmask_l = ro.completion_mask.long().cpu()
     attn_l = ro.attention_mask.long().cpu()
     ids_c = ro.input_ids.cpu()
     lengths = _check_padding(attn_l, cmask_l, p, max_new_tokens)
     comp = ids_c[:, p:]
     _check_eos(comp, cmask_l, lengths, ro.truncated, tokenizer.eos_token_id, max_new_tokens)
     _check_texts(ro.texts, comp, lengths, tokenizer)
-    _check_guides(
-        ids_c,
-        attn_l,
-        gmask_l,
-        cmask_l,
-        p,
-        tokenizer,
-        prompts,
-        num_samples,
-        prefixes,
-        max_new_tokens,
-    )
-    _check_sampler_logp(ro.sampler_logp, cmask_l, gmask_l)
+    if prompts is not None:
+        _check_prompts(ids_c, attn_l, p, tokenizer, prompts, num_samples)
+    _check_sampler_logp(ro.sampler_logp, cmask_l)
     if greedy and prompts is not None:
         n = num_samples or 1
         for i in range(ids_c.shape[0]):
@@ -157,7 +136,7 @@ def _fail(msg: str) -> NoReturn:
 
 def _check_shapes(ro: Rollouts, prompts: Sequence[str] | None, num_samples: int | None) -> None:
     """Every tensor's shape, one text per row, and rows for every prompt's samples."""
-    ids, attn, cmask, gmask = ro.input_ids, ro.attention_mask, ro.completion_mask, ro.guide_mask
+    ids, attn, cmask = ro.input_ids, ro.attention_mask, ro.completion_mask
     b = ids.shape[0]
     p = ro.prompt_len
     t = cmask.shape[1]
@@ -167,7 +146,6 @@ def _check_shapes(ro: Rollouts, prompts: Sequence[str] | None, num_samples: int 
         _fail(f"width {ids.shape[1]} != prompt_len {p} + completion width {t}")
     for name, x, shape in (
         ("completion_mask", cmask, (b, t)),
-        ("guide_mask", gmask, (b, t)),
         ("truncated", ro.truncated, (b,)),
     ):
         if tuple(x.shape) != shape:
@@ -243,52 +221,32 @@ def _check_texts(texts: list[str], comp: torch.Tensor, lengths: torch.Tensor, to
         _fail(f"texts[{bad}] = {texts[bad]!r} is not its tokens decoded: {decoded[bad]!r}")
 
 
-def _check_guides(
+def _check_prompts(
     ids_c: torch.Tensor,
     attn_l: torch.Tensor,
-    gmask_l: torch.Tensor,
-    cmask_l: torch.Tensor,
     p: int,
     tokenizer,
-    prompts: Sequence[str] | None,
+    prompts: Sequence[str],
     num_samples: int | None,
-    prefixes: Sequence[str] | None,
-    max_new_tokens: int | None,
 ) -> None:
-    """Guide prefixes: a leading part of the completion; with `prompts`, each row holds its
-    prompt, and its guide tokens are its prompt's tokenized prefix."""
-    b = ids_c.shape[0]
+    """Each row holds its prompt's tokens, left-padded."""
+    n = num_samples or 1
     pa = attn_l[:, :p]
-    comp = ids_c[:, p:]
-    if (gmask_l > cmask_l).any() or (gmask_l[:, 1:] > gmask_l[:, :-1]).any():
-        _fail("guide_mask is not a leading part of the completion")
-    if prompts is not None:
-        n = num_samples or 1
-        for i in range(b):
-            want = tokenizer(prompts[i // n], add_special_tokens=False)["input_ids"]
-            got = ids_c[i, p - int(pa[i].sum()) : p].tolist()
-            if got != want:
-                _fail(f"row {i} does not hold prompt {i // n} ({prompts[i // n]!r})")
-            g = []
-            if prefixes is not None and prefixes[i // n]:
-                g = tokenizer(prefixes[i // n], add_special_tokens=False)["input_ids"]
-                g = g[: max_new_tokens or len(g)]
-            if int(gmask_l[i].sum()) != len(g) or comp[i, : len(g)].tolist() != g:
-                _fail(f"row {i}: guide_mask / guide tokens do not match its prefix")
+    for i in range(ids_c.shape[0]):
+        want = tokenizer(prompts[i // n], add_special_tokens=False)["input_ids"]
+        got = ids_c[i, p - int(pa[i].sum()) : p].tolist()
+        if got != want:
+            _fail(f"row {i} does not hold prompt {i // n} ({prompts[i // n]!r})")
 
 
-def _check_sampler_logp(
-    sampler_logp: torch.Tensor, cmask_l: torch.Tensor, gmask_l: torch.Tensor
-) -> None:
-    """Finite and <= 0 on completion tokens, 0 on guide tokens."""
+def _check_sampler_logp(sampler_logp: torch.Tensor, cmask_l: torch.Tensor) -> None:
+    """Finite and <= 0 on completion tokens."""
     logp = sampler_logp.detach().float().cpu()
     on = cmask_l.bool()
     if not torch.isfinite(logp[on]).all():
         _fail("sampler_logp is not finite on completion tokens")
     if (logp[on] > 1e-4).any():
         _fail("sampler_logp is > 0 on a completion token")
-    if (logp[gmask_l.bool()] != 0).any():
-        _fail("sampler_logp is not 0 on guide tokens")
 
 
 # ---- Hugging Face: the live policy samples -------------------------------------------------
@@ -297,10 +255,9 @@ def _check_sampler_logp(
 class HFBackend:
     """Samples with the training model itself (`grpo_core.rollout.sampler.generate`).
 
-    `sampler_logp` comes from the sampler where it recorded it (unguided sampling with the
-    plain sampler: no extra forward); otherwise (guided or greedy rows, a model that samples
-    through `model.generate`) it is computed by one scoring pass over the sampled rows under the
-    context they were sampled in: prompt, then guide prefix, then the continuation.
+    `sampler_logp` comes from the sampler where it recorded it (sampling with the plain sampler:
+    no extra forward); otherwise (greedy rows, a model that samples through `model.generate`)
+    it is computed by one scoring pass over the sampled rows.
     """
 
     def __init__(self, model, tokenizer, micro_batch_size: int = 16):
@@ -314,7 +271,6 @@ class HFBackend:
         num_samples: int,
         temperature: float,
         max_new_tokens: int,
-        prefixes: list[str] | None = None,
         greedy: bool = False,
         min_new_tokens: int = 0,
     ) -> Rollouts:
@@ -325,7 +281,6 @@ class HFBackend:
             num_samples,
             temperature,
             max_new_tokens,
-            prefixes=prefixes,
             greedy=greedy,
             min_new_tokens=min_new_tokens,
         )
@@ -339,10 +294,10 @@ class HFBackend:
         logp, entropy = scoring.score_rollouts(
             self.model, unrecorded, temperature, self.micro_batch_size
         )
-        sampled = (ro.completion_mask.bool() & ~ro.guide_mask.bool()).to(torch.float32)
-        ro.sampler_logp = logp.float() * sampled
-        ro.sampler_entropy = entropy.float() * sampled
-        ro.sampler_key = None  # differs from the trainer's pi_old on guide tokens
+        on = ro.completion_mask.to(torch.float32)
+        ro.sampler_logp = logp.float() * on
+        ro.sampler_entropy = entropy.float() * on
+        ro.sampler_key = None  # not recorded while sampling: the trainer scores pi_old itself
 
     def sync_weights(self, model) -> None:
         """Nothing to do: the sampler is the live model."""

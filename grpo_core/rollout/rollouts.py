@@ -3,9 +3,7 @@
 Sequences are laid out as [left-padded prompt | completion right-padded], the layout
 `grpo_core.rollout.sampler.generate` returns. Position ids are derived from the attention mask
 both when sampling and when scoring, so the trainer's log-probs equal the sampler's.
-
-Guided rollouts (Off-Context GRPO) have the same layout: the completion starts with the guide
-prefix, which the sampler was given rather than sampled, and `guide_mask` marks those tokens.
+Every completion token was sampled: the sampler is never given part of the completion.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ class Rollouts:
     prompt_len: int  # P
     texts: list[str]  # decoded completions, special tokens removed
     truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
-    guide_mask: torch.Tensor | None = None  # (B, T) 1 on guide-prefix tokens; None: zeros
     # The sampler's token log-probs and entropies (B, T) at its temperature, and which model,
     # weights and temperature they belong to (`_sampler_key`); None where not recorded.
     sampler_logp: torch.Tensor | None = None
@@ -33,10 +30,6 @@ class Rollouts:
     # Per-token weights correcting for a sampler other than the policy (a vLLM engine):
     # truncated importance weights min(pi_old / q, cap), 1 where not applicable; None: none.
     is_weight: torch.Tensor | None = None
-
-    def __post_init__(self) -> None:
-        if self.guide_mask is None:
-            self.guide_mask = torch.zeros_like(self.completion_mask)
 
     @property
     def completion_ids(self) -> torch.Tensor:
@@ -56,7 +49,6 @@ class Rollouts:
             prompt_len=self.prompt_len,
             texts=[self.texts[i] for i in rows.tolist()],
             truncated=self.truncated[rows],
-            guide_mask=self.guide_mask[rows],
             sampler_logp=self.sampler_logp[rows] if recorded else None,
             sampler_entropy=self.sampler_entropy[rows] if recorded else None,
             sampler_key=self.sampler_key if recorded else None,
@@ -70,13 +62,12 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
     row's log-probs are unchanged."""
     p_max = max(r.prompt_len for r in parts)
     t_max = max(r.completion_mask.shape[1] for r in parts)
-    ids, attn, cmask, gmask = [], [], [], []
+    ids, attn, cmask = [], [], []
     for r in parts:
         left, right = p_max - r.prompt_len, t_max - r.completion_mask.shape[1]
         ids.append(F.pad(r.input_ids, (left, right), value=pad_id))
         attn.append(F.pad(r.attention_mask, (left, right), value=0))
         cmask.append(F.pad(r.completion_mask, (0, right), value=0))
-        gmask.append(F.pad(r.guide_mask, (0, right), value=0))
     # The sampler's log-probs carry over when every part was sampled by the same model state.
     key = parts[0].sampler_key
     recorded = key is not None and all(
@@ -95,7 +86,6 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         prompt_len=p_max,
         texts=[t for r in parts for t in r.texts],
         truncated=torch.cat([r.truncated for r in parts]),
-        guide_mask=torch.cat(gmask),
         sampler_logp=right_padded("sampler_logp") if recorded else None,
         sampler_entropy=right_padded("sampler_entropy") if recorded else None,
         sampler_key=key if recorded else None,

@@ -11,9 +11,6 @@ backward passes, not Python. So the savings here are in tokens not recomputed:
   the sampling policy's log-probs at the sampling temperature, instead of a forward over the
   batch.
 Both change results only by float rounding (the same sums, computed in other shapes).
-
-Guided rollouts (Off-Context GRPO): each completion starts with its guide prefix, which the
-sampler was given rather than sampled, and `guide_mask` marks those tokens.
 """
 
 from __future__ import annotations
@@ -159,20 +156,17 @@ def generate(
     num_samples: int,
     temperature: float,
     max_new_tokens: int,
-    prefixes: list[str] | None = None,
     greedy: bool = False,
     min_new_tokens: int = 0,
     generators: list[torch.Generator] | None = None,
 ) -> Rollouts:
     """Sample `num_samples` completions per prompt; rows are grouped prompt by prompt.
 
-    With `prefixes` (one per prompt, "" for none), each completion starts with its prompt's
-    prefix, given to the sampler, and the completion (prefix included) still has at most
-    `max_new_tokens` tokens. `greedy` decodes the most likely token at every step instead
-    (temperature is then ignored). `min_new_tokens` > 0 keeps EOS from being sampled before
-    that many tokens (its probability is set to 0 and the rest renormalised): with
-    `min_new_tokens == max_new_tokens` every completion has exactly that length, which
-    benchmarks use to compare trainers at equal lengths. Off (0) in training.
+    Each completion has at most `max_new_tokens` tokens. `greedy` decodes the most likely
+    token at every step instead (temperature is then ignored). `min_new_tokens` > 0 keeps EOS
+    from being sampled before that many tokens (its probability is set to 0 and the rest
+    renormalised): with `min_new_tokens == max_new_tokens` every completion has exactly that
+    length, which benchmarks use to compare trainers at equal lengths. Off (0) in training.
 
     `generators` (one per prompt) give each prompt's group its own random stream (see
     `_sample`); None samples from torch's global generator, exactly as `model.generate`. A
@@ -180,19 +174,6 @@ def generate(
     """
     if generators is not None and len(generators) != len(prompts):
         raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
-    if prefixes is not None and any(prefixes):
-        if greedy:
-            raise ValueError("greedy decoding of guided rollouts is not supported")
-        return _generate_guided(
-            model,
-            tokenizer,
-            prompts,
-            prefixes,
-            num_samples,
-            temperature,
-            max_new_tokens,
-            generators,
-        )
     repeated = [p for p in prompts for _ in range(num_samples)]
     enc = tokenizer(repeated, return_tensors="pt", padding=True, add_special_tokens=False)
     enc = {k: v.to(model.device) for k, v in enc.items()}
@@ -218,10 +199,10 @@ def generate(
         completion = _generate_hf(
             model, tokenizer, enc, temperature, max_new_tokens, greedy, min_new_tokens
         )
-    return _unguided_rollouts(enc, completion, tokenizer, logp, entropy, key)
+    return _rollouts(enc, completion, tokenizer, logp, entropy, key)
 
 
-def _unguided_rollouts(
+def _rollouts(
     enc: dict,
     completion: torch.Tensor,
     tokenizer,
@@ -266,102 +247,3 @@ def _generate_hf(
         min_new_tokens=min_new_tokens or None,
     )
     return out[:, enc["input_ids"].shape[1] :]
-
-
-def _generate_guided(
-    model, tokenizer, prompts, prefixes, num_samples, temperature, max_new_tokens, generators=None
-) -> Rollouts:
-    if len(prefixes) != len(prompts):
-        raise ValueError(f"{len(prefixes)} prefixes for {len(prompts)} prompts")
-    n = num_samples
-    p_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    g_ids = tokenizer(prefixes, add_special_tokens=False)["input_ids"]
-    g_ids = [g[:max_new_tokens] for g in g_ids]
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-    contexts = [p + g for p, g in zip(p_ids, g_ids, strict=True) for _ in range(n)]
-    ctx, ctx_attn = _left_padded(contexts, pad)
-    width = ctx.shape[1]
-    budget = max(1, max_new_tokens - min(len(g) for g in g_ids))
-    device = model.device
-    if _plain_sampler(model):
-        out, _, _ = _sample(
-            model,
-            ctx.to(device),
-            ctx_attn.to(device),
-            budget,
-            temperature,
-            greedy=False,
-            eos=eos,
-            pad=eos if pad is None else pad,
-            generators=generators,
-        )
-        out = out.tolist()
-    else:
-        out = model.generate(
-            input_ids=ctx.to(device),
-            attention_mask=ctx_attn.to(device),
-            do_sample=True,
-            temperature=temperature,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=budget,
-            pad_token_id=pad,
-            eos_token_id=eos,
-        )[:, width:].tolist()
-    return _guided_rollouts(p_ids, g_ids, n, out, max_new_tokens, tokenizer, device)
-
-
-def _left_padded(contexts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists as one left-padded batch: ids and attention mask."""
-    width = max(len(c) for c in contexts)
-    ctx = torch.full((len(contexts), width), pad, dtype=torch.long)
-    ctx_attn = torch.zeros_like(ctx)
-    for i, c in enumerate(contexts):
-        ctx[i, width - len(c) :] = torch.tensor(c)
-        ctx_attn[i, width - len(c) :] = 1
-    return ctx, ctx_attn
-
-
-def _guided_rollouts(
-    p_ids: list[list[int]],
-    g_ids: list[list[int]],
-    n: int,
-    out: list[list[int]],
-    max_new_tokens: int,
-    tokenizer,
-    device,
-) -> Rollouts:
-    """Re-lay every sampled row as [left-padded prompt | guide prefix + continuation,
-    right-padded]: `out[i]` continues prompt `p_ids[i // n]` + prefix `g_ids[i // n]`."""
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-    rows, guide_lens, truncated = [], [], []
-    for i, cont in enumerate(out):
-        g = g_ids[i // n]
-        cont = cont[: max_new_tokens - len(g)]
-        if eos in cont:
-            cont = cont[: cont.index(eos) + 1]
-        rows.append(g + cont)
-        guide_lens.append(len(g))
-        truncated.append(not cont or cont[-1] != eos)
-    p_len = max(len(p) for p in p_ids)
-    t_len = max(len(r) for r in rows)
-    ids = torch.full((len(rows), p_len + t_len), pad, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    cmask = torch.zeros((len(rows), t_len), dtype=torch.long)
-    gmask = torch.zeros_like(cmask)
-    for i, r in enumerate(rows):
-        p = p_ids[i // n]
-        ids[i, p_len - len(p) : p_len] = torch.tensor(p)
-        ids[i, p_len : p_len + len(r)] = torch.tensor(r)
-        attn[i, p_len - len(p) : p_len + len(r)] = 1
-        cmask[i, : len(r)] = 1
-        gmask[i, : guide_lens[i]] = 1
-    return Rollouts(
-        input_ids=ids.to(device),
-        attention_mask=attn.to(device),
-        completion_mask=cmask.to(device),
-        prompt_len=p_len,
-        texts=tokenizer.batch_decode(ids[:, p_len:], skip_special_tokens=True),
-        truncated=torch.tensor(truncated, device=device),
-        guide_mask=gmask.to(device),
-    )

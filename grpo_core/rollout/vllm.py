@@ -32,13 +32,12 @@ def _lay_out(
     prompt_ids: list[list[int]],
     rows: list[list[int]],
     logps: list[list[float]],
-    guide_lens: list[int],
     truncated: list[bool],
     tokenizer,
     device: torch.device | str,
 ) -> Rollouts:
     """Rollouts from per-row token lists: [left-padded prompt | completion, right-padded].
-    `rows[i]` is the completion of row i (guide prefix included), `logps[i]` its sampler
+    `rows[i]` is the completion of row i, `logps[i]` its sampler
     log-probs (same length), `prompt_ids[i]` its prompt."""
     pad = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
     b = len(rows)
@@ -47,14 +46,12 @@ def _lay_out(
     ids = torch.full((b, p_len + t_len), pad, dtype=torch.long)
     attn = torch.zeros_like(ids)
     cmask = torch.zeros((b, t_len), dtype=torch.long)
-    gmask = torch.zeros_like(cmask)
     logp = torch.zeros((b, t_len), dtype=torch.float32)
     for i, (prompt, row) in enumerate(zip(prompt_ids, rows, strict=True)):
         ids[i, p_len - len(prompt) : p_len] = torch.tensor(prompt, dtype=torch.long)
         ids[i, p_len : p_len + len(row)] = torch.tensor(row, dtype=torch.long)
         attn[i, p_len - len(prompt) : p_len + len(row)] = 1
         cmask[i, : len(row)] = 1
-        gmask[i, : guide_lens[i]] = 1
         logp[i, : len(row)] = torch.tensor(logps[i], dtype=torch.float32)
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in rows]
     return Rollouts(
@@ -64,7 +61,6 @@ def _lay_out(
         prompt_len=p_len,
         texts=texts,
         truncated=torch.tensor(truncated, dtype=torch.bool, device=device),
-        guide_mask=gmask.to(device),
         sampler_logp=logp.to(device),
         # No entropies from a sampler that returns the sampled token's log-prob only. NaN,
         # not None: `Rollouts.select` copies the entropies whenever log-probs are recorded.
@@ -204,8 +200,7 @@ class VLLMBackend:
     penalties, EOS = the tokenizer's EOS only (generation-config EOS ids ignored, as in the HF
     path), and `logprobs_mode="processed_logprobs"` so the returned log-prob of each sampled token
     is after temperature scaling (vLLM's default, raw_logprobs, is before it). Prompts are
-    tokenized here (no special tokens added, as the HF path) and handed to vLLM as token ids;
-    a guide prefix's tokens are appended to its prompt's and marked in `guide_mask`.
+    tokenized here (no special tokens added, as the HF path) and handed to vLLM as token ids.
 
     Each call draws a seed from torch's generator and gives request i the seed + i, so a seeded
     training step samples the same completions again (on the same GPU and vLLM version).
@@ -279,24 +274,11 @@ class VLLMBackend:
         num_samples: int,
         temperature: float,
         max_new_tokens: int,
-        prefixes: list[str] | None = None,
         greedy: bool = False,
         min_new_tokens: int = 0,
     ) -> Rollouts:
         tok = self.tokenizer
-        if prefixes is not None and len(prefixes) != len(prompts):
-            raise ValueError(f"{len(prefixes)} prefixes for {len(prompts)} prompts")
-        if prefixes is not None and any(prefixes) and greedy:
-            raise ValueError("greedy decoding of guided rollouts is not supported")
         p_ids = tok(list(prompts), add_special_tokens=False)["input_ids"]
-        if prefixes is not None and any(prefixes):
-            g_ids = tok(list(prefixes), add_special_tokens=False)["input_ids"]
-            g_ids = [
-                g[:max_new_tokens] if pre else [] for g, pre in zip(g_ids, prefixes, strict=True)
-            ]
-            min_new_tokens = 0  # as the HF path: no minimum for guided rollouts
-        else:
-            g_ids = [[] for _ in prompts]
         n = 1 if greedy else num_samples  # greedy rows of a prompt are all the same
         seed = None
         if self.seeded_requests and not greedy:
@@ -305,18 +287,16 @@ class VLLMBackend:
             self._params(
                 n,
                 temperature,
-                max_new_tokens - len(g),
+                max_new_tokens,
                 greedy,
                 min_new_tokens,
                 None if seed is None else seed + i,
             )
-            for i, g in enumerate(g_ids)
+            for i in range(len(p_ids))
         ]
-        requests = [{"prompt_token_ids": p + g} for p, g in zip(p_ids, g_ids, strict=True)]
+        requests = [{"prompt_token_ids": p} for p in p_ids]
         outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
-        return rollouts_from_vllm(
-            outputs, p_ids, g_ids, num_samples, max_new_tokens, tok, self.device
-        )
+        return rollouts_from_vllm(outputs, p_ids, num_samples, max_new_tokens, tok, self.device)
 
     @torch.no_grad()
     def sync_weights(self, model) -> None:
@@ -330,7 +310,6 @@ class VLLMBackend:
 def rollouts_from_vllm(
     outputs,
     prompt_ids: list[list[int]],
-    guide_ids: list[list[int]],
     num_samples: int,
     max_new_tokens: int,
     tokenizer,
@@ -340,8 +319,8 @@ def rollouts_from_vllm(
     each with `index`, `token_ids` and `logprobs`: per token a {token_id: Logprob} dict). A
     request holding a single sample (greedy) fills all `num_samples` rows of its prompt."""
     eos = tokenizer.eos_token_id
-    rows, logps, prompts_per_row, guide_lens, truncated = [], [], [], [], []
-    for out, prompt, guide in zip(outputs, prompt_ids, guide_ids, strict=True):
+    rows, logps, prompts_per_row, truncated = [], [], [], []
+    for out, prompt in zip(outputs, prompt_ids, strict=True):
         samples = sorted(out.outputs, key=lambda c: c.index)
         if len(samples) == 1 and num_samples > 1:
             samples = samples * num_samples
@@ -352,10 +331,9 @@ def rollouts_from_vllm(
             if c.logprobs is None:
                 raise RuntimeError("vLLM returned no log-probs: SamplingParams(logprobs=0) lost")
             lp = [float(step[tok].logprob) for step, tok in zip(c.logprobs, tokens, strict=True)]
-            cont, lp, trunc = _cut_completion(tokens, lp, max_new_tokens - len(guide), eos)
-            rows.append(list(guide) + cont)
-            logps.append([0.0] * len(guide) + lp)
+            cont, lp, trunc = _cut_completion(tokens, lp, max_new_tokens, eos)
+            rows.append(cont)
+            logps.append(lp)
             prompts_per_row.append(prompt)
-            guide_lens.append(len(guide))
             truncated.append(trunc)
-    return _lay_out(prompts_per_row, rows, logps, guide_lens, truncated, tokenizer, device)
+    return _lay_out(prompts_per_row, rows, logps, truncated, tokenizer, device)

@@ -5,7 +5,7 @@ DeepSpeed ZeRO), LoRA, checkpoints and the resume state of a stopped run.
     trainer       GRPOTrainer: the step, in the order the algorithm runs
     batch         Question, Sampled (a step's rollouts and rewards), QuestionSampler
     sampling      sampling and rewarding groups (per-group random streams, rollout backends)
-    guidance      OC-GRPO: guided re-rolls of failed groups, importance weights of guided tokens
+    guidance      OC-GRPO: rows sampled with a hint in the prompt, and their importance weights
     update        the clipped policy-gradient update over micro-batches, and its metrics
     parallel      one process, DDP or DeepSpeed ZeRO behind one interface; the Accelerator
     lora          LoRA adapters on named modules and layers

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from grpo_core.analysis.difficulty import is_correct
 from grpo_core.rollout.rollouts import Rollouts, concat_rollouts
@@ -20,8 +21,22 @@ class Question:
     level: int
     prompt: str
     answer: str
-    solution: str = ""  # reference solution: OC-GRPO's guide prefixes come from it
-    guide_fraction: float | None = None  # OC-GRPO fixed mode: from data/guides.parquet
+    solution: str = ""  # reference solution: OC-GRPO's hints come from it
+    guide_fraction: float | None = None  # OC-GRPO: the fraction data/guides.parquet found
+    # OC-GRPO fixed mode: this question is the guided row of `guide_fraction`'s question, sampled
+    # with the hint in its prompt (its id is the original's with GUIDED_SUFFIX).
+    guided: bool = False
+    raw_prompt: str = ""  # the prompt before any chat template ("": `prompt` is it)
+    chat: bool = False  # `prompt` went through the chat template
+
+    @property
+    def text(self) -> str:
+        """The prompt's plain text, before any chat template."""
+        return self.raw_prompt or self.prompt
+
+
+# The id of a fixed-mode guided row: the original question's id with this suffix.
+GUIDED_SUFFIX = "+hint"
 
 
 @dataclass
@@ -31,8 +46,20 @@ class Sampled:
     ro: Rollouts
     rewards: torch.Tensor  # (B,) the training reward: weighted sum of the components
     components: dict[str, torch.Tensor]  # (B,) each: correct (the verifier's), format, overlong
-    fractions: list[float | None]  # per group: the guide fraction, None if unguided
-    num_rollouts: int  # completions generated, guided re-rolls included
+    fractions: list[float | None]  # per group: the hint's fraction, None if unguided
+    num_rollouts: int  # completions generated, guided ones included
+    # OC-GRPO: (B,) rows sampled from a guided prompt x~ and laid out under the unguided x
+    # (`importance` / `none`), and (B, T) their tokens' log-probs under x~ at sampling (pi_old;
+    # 0 elsewhere). None: no such row.
+    hinted: torch.Tensor | None = None
+    hinted_logp: torch.Tensor | None = None
+
+    @property
+    def guided_rows(self) -> torch.Tensor:
+        """(B,) bool: rows sampled from a guided prompt and trained under the unguided one."""
+        if self.hinted is None:
+            return torch.zeros(len(self.rewards), dtype=torch.bool, device=self.rewards.device)
+        return self.hinted
 
     @property
     def solved(self) -> torch.Tensor:
@@ -49,6 +76,8 @@ class Sampled:
             {k: v[rows] for k, v in self.components.items()},
             fractions,
             self.num_rollouts,
+            None if self.hinted is None else self.hinted[rows],
+            None if self.hinted_logp is None else self.hinted_logp[rows],
         )
 
     def to(self, device) -> Sampled:
@@ -65,16 +94,33 @@ class Sampled:
             {k: v.to(device) for k, v in self.components.items()},
             self.fractions,
             self.num_rollouts,
+            None if self.hinted is None else self.hinted.to(device),
+            None if self.hinted_logp is None else self.hinted_logp.to(device),
         )
 
     @staticmethod
     def cat(parts: list[Sampled], pad_id: int) -> Sampled:
+        ro = concat_rollouts([p.ro for p in parts], pad_id)
+        hinted = hinted_logp = None
+        if any(p.hinted is not None for p in parts):
+            width = ro.completion_mask.shape[1]
+            hinted = torch.cat([p.guided_rows for p in parts])
+            hinted_logp = torch.cat(
+                [
+                    F.pad(p.hinted_logp, (0, width - p.hinted_logp.shape[1]))
+                    if p.hinted_logp is not None
+                    else torch.zeros(len(p.rewards), width, device=p.rewards.device)
+                    for p in parts
+                ]
+            )
         return Sampled(
-            concat_rollouts([p.ro for p in parts], pad_id),
+            ro,
             torch.cat([p.rewards for p in parts]),
             {k: torch.cat([p.components[k] for p in parts]) for k in parts[0].components},
             [f for p in parts for f in p.fractions],
             sum(p.num_rollouts for p in parts),
+            hinted,
+            hinted_logp,
         )
 
 

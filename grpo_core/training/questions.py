@@ -1,5 +1,6 @@
 """The training questions of a run: the train split narrowed by `train` (levels, domains,
-curriculum), with their reference solutions and OC-GRPO's guide fractions."""
+curriculum), with their reference solutions and OC-GRPO's guide fractions (in fixed mode, a
+guided twin beside each question the guide stage unlocked)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,16 @@ from grpo_core.config.train import TrainStage
 from grpo_core.data.prompts import render_prompt
 from grpo_core.data.schema import read_problems, select_problems
 from grpo_core.errors import InputError
-from grpo_core.training.batch import Question
+from grpo_core.training.batch import GUIDED_SUFFIX, Question
 
 log = logging.getLogger(__name__)
 
 
 def training_questions(params: TrainStage) -> list[Question]:
     """The questions of `train.levels` and `train.domains`, narrowed by `train.curriculum`
-    (from the profile),
-    with their reference solutions and, for OC-GRPO's fixed mode, their guide fractions."""
+    (from the profile), with their reference solutions; in OC-GRPO's fixed mode, with their
+    guide fractions and, after them, a guided twin of each question that has one (the
+    reference's offline augmentation: the original row is kept)."""
     cfg = params.train
     table = read_problems("data/prepared/train.parquet")
     table = select_problems(table, cfg.levels, cfg.domains)
@@ -39,6 +41,11 @@ def training_questions(params: TrainStage) -> list[Question]:
     questions = [
         Question(**r, guide_fraction=guides.get(r["id"])) for r in table.select(columns).to_pylist()
     ]
+    twins = [
+        dataclasses.replace(q, id=q.id + GUIDED_SUFFIX, guided=True)
+        for q in questions
+        if q.guide_fraction is not None
+    ]
     if not questions:
         raise InputError(
             f"train.levels={cfg.levels}, train.domains={cfg.domains}, "
@@ -46,19 +53,23 @@ def training_questions(params: TrainStage) -> list[Question]:
             "than 'all' draws from data/profile.parquet only)"
         )
     log.info(
-        "%d training questions at levels %s (curriculum %s, %d with a guide)",
+        "%d training questions at levels %s (curriculum %s), %d guided twins",
         len(questions),
         cfg.levels,
         cfg.curriculum,
-        len(guides),
+        len(twins),
     )
-    return questions
+    return questions + twins
 
 
 def render_questions(questions: list[Question], tokenizer, chat: bool) -> list[Question]:
-    """Questions whose prompts went through the chat template where the model takes one."""
+    """Questions whose prompts went through the chat template where the model takes one
+    (the plain text kept in `raw_prompt`, for OC-GRPO's hinted prompts)."""
     if not chat:
         return questions
     return [
-        dataclasses.replace(q, prompt=render_prompt(tokenizer, q.prompt, chat)) for q in questions
+        dataclasses.replace(
+            q, prompt=render_prompt(tokenizer, q.prompt, chat), raw_prompt=q.prompt, chat=True
+        )
+        for q in questions
     ]

@@ -25,7 +25,7 @@ ROLLOUT_LOG = pa.schema(
         ("adv_abs_mean", pa.float64()),  # mean |advantage| over the group (after weighting)
         ("logp_correct", pa.float64()),  # mean token log-prob of correct rollouts; null if none
         ("logp_incorrect", pa.float64()),
-        ("guided", pa.bool_()),  # OC-GRPO: the group was re-rolled with a guide prefix
+        ("guided", pa.bool_()),  # OC-GRPO: the group was sampled with a hint in its prompt
         ("guide_fraction", pa.float64()),
         ("resampled", pa.bool_()),  # CoDaPO: the question was repeated from the last step
         ("trained", pa.bool_()),  # the group entered the loss

@@ -73,14 +73,17 @@ class GroupSampler:
     def sample(
         self,
         questions: list[Question],
-        prefixes: list[str] | None = None,
         n: int | None = None,
         generators: list[torch.Generator] | None = None,
+        contexts: list[str] | None = None,
+        reward_prefixes: list[str] | None = None,
     ) -> Sampled:
-        """`n` (G by default) rewarded completions per question, after its guide prefix if
-        any."""
+        """`n` (G by default) rewarded completions per question, sampled from its prompt or
+        from `contexts` (one prompt per question: OC-GRPO's guided ones). `reward_prefixes`
+        (one per question) are prepended to each completion's text before it is rewarded
+        (PrefixRL rewards the prefix it was given and the continuation together)."""
         n = n or self.cfg.group_size
-        prompts = [q.prompt for q in questions]
+        prompts = contexts if contexts is not None else [q.prompt for q in questions]
         if self.backend is None:
             ro = generate(
                 self.model,
@@ -89,21 +92,30 @@ class GroupSampler:
                 num_samples=n,
                 temperature=self.cfg.temperature,
                 max_new_tokens=self.cfg.max_new_tokens,
-                prefixes=prefixes,
                 generators=generators,
             )
         else:
-            ro = self._backend_rollouts(prompts, n, prefixes)
-        return self.reward_rollouts(questions, ro, n)
+            ro = self._backend_rollouts(prompts, n)
+        return self.reward_rollouts(questions, ro, n, reward_prefixes)
 
-    def reward_rollouts(self, questions: list[Question], ro: Rollouts, n: int) -> Sampled:
+    def reward_rollouts(
+        self,
+        questions: list[Question],
+        ro: Rollouts,
+        n: int,
+        reward_prefixes: list[str] | None = None,
+    ) -> Sampled:
         """The verifier's reward of each completion (`correct`), its format reward and overlong
-        penalty, and their weighted sum (reward.weights)."""
+        penalty, and their weighted sum (reward.weights); each text after its question's
+        `reward_prefixes` entry, if any."""
         owners = [questions[i // n] for i in range(len(ro.texts))]
         domains, answers = [q.domain for q in owners], [q.answer for q in owners]
+        texts = ro.texts
+        if reward_prefixes is not None:
+            texts = [reward_prefixes[i // n] + t for i, t in enumerate(ro.texts)]
         device = ro.input_ids.device
-        correct = verify_batch(domains, ro.texts, answers, self.reward.code)
-        fmt = [format_reward(d, t, a) for d, t, a in zip(domains, ro.texts, answers, strict=True)]
+        correct = verify_batch(domains, texts, answers, self.reward.code)
+        fmt = [format_reward(d, t, a) for d, t, a in zip(domains, texts, answers, strict=True)]
         overlong = None
         if self.reward.weights.overlong:
             overlong = overlong_penalty(
@@ -117,17 +129,15 @@ class GroupSampler:
         )
         return Sampled(ro, rewards, components, [None] * len(questions), len(ro.texts))
 
-    def _backend_rollouts(self, prompts: list[str], n: int, prefixes: list[str] | None) -> Rollouts:
+    def _backend_rollouts(self, prompts: list[str], n: int) -> Rollouts:
         """Rollouts from `self.backend`, scored by the policy: pi_old is the policy's log-probs
-        (what the ratio and CoDaPO's confidence read), and each completion token not given by a
-        guide carries the truncated importance weight min(pi_old / q, tis_cap) of its sampler q
-        (`backends.truncated_is_weights`); guide tokens keep 1: OC-GRPO weights them."""
+        (what the ratio and CoDaPO's confidence read), and each completion token carries the
+        truncated importance weight min(pi_old / q, tis_cap) of its sampler q
+        (`backends.truncated_is_weights`)."""
         cfg = self.cfg
-        ro = self.backend.generate(
-            prompts, n, cfg.temperature, cfg.max_new_tokens, prefixes=prefixes
-        )
+        ro = self.backend.generate(prompts, n, cfg.temperature, cfg.max_new_tokens)
         logp, entropy = score_rollouts(self.model, ro, cfg.temperature, cfg.micro_batch_size)
-        sampled_tokens = ro.completion_mask.bool() & ~ro.guide_mask.bool()
+        sampled_tokens = ro.completion_mask.bool()
         w = truncated_is_weights(logp, ro.sampler_logp, sampled_tokens, cfg.tis_cap)
         return dataclasses.replace(
             ro,
@@ -139,7 +149,7 @@ class GroupSampler:
 
     def gather(self, sampled: Sampled | None, parallel: SingleProcess) -> Sampled:
         """Every process's rollouts, in rank order (its block of groups), on every process.
-        Rows whose sampler log-probs were not recorded (guided ones) are scored first, on
+        Rows whose sampler log-probs were not recorded are scored first, on
         the process that sampled them, so no process scores the whole batch."""
         if parallel.world == 1:
             return sampled
@@ -172,7 +182,7 @@ def backend_token_weights(
     metrics: dict[str, float] = {}
     if ro.is_weight is not None:
         token_weights = ro.is_weight if token_weights is None else token_weights * ro.is_weight
-        sampled_tokens = ro.completion_mask.bool() & ~ro.guide_mask.bool()
+        sampled_tokens = ro.completion_mask.bool()
         if sampled_tokens.any():
             w = ro.is_weight[sampled_tokens]
             metrics["tis/weight_mean"] = float(w.mean())

@@ -25,7 +25,7 @@ from grpo_core.rollout.backends import RolloutBackend
 from grpo_core.rollout.rollouts import Rollouts
 from grpo_core.rollout.scoring import score_rollouts
 from grpo_core.training.batch import Question, Sampled
-from grpo_core.training.guidance import guide_failed, guided_token_weights
+from grpo_core.training.guidance import OffContext, guided_token_weights
 from grpo_core.training.parallel import data_parallel
 from grpo_core.training.rollout_log import log_rows, on_every_row, rollout_metrics
 from grpo_core.training.sampling import GroupSampler, backend_token_weights
@@ -87,6 +87,7 @@ class GRPOTrainer:
             policy, optimizer, reference, cfg
         )
         self.sampler = GroupSampler(self.model, tokenizer, cfg, self.reward, backend)
+        self.offcontext = OffContext(self.sampler, cfg) if cfg.oc_grpo.mode != "off" else None
         self.updater = PolicyUpdate(
             cfg,
             self.parallel,
@@ -117,8 +118,8 @@ class GRPOTrainer:
         are trained on. The reward metrics cover everything that was sampled.
         """
         g = self.cfg.group_size
-        # Sample G completions per question and reward them (OC-GRPO: failed groups re-rolled
-        # with guide prefixes; dynamic sampling: refilled while too few groups are informative).
+        # Sample G completions per question and reward them (OC-GRPO: guided rows sampled with
+        # a hint in the prompt; dynamic sampling: refilled while too few groups are informative).
         sampled, questions, rounds = self.sample(questions, more)
         ro, rewards = sampled.ro, sampled.rewards
         old_logp, entropy = self.score(ro)  # pi_old
@@ -126,7 +127,7 @@ class GRPOTrainer:
         difficulty = question_difficulty(sampled.solved, g)
         metrics = rollout_metrics(sampled, rounds, g)
         # Weigh: CoDaPO's value on each question's advantages; OC-GRPO's importance weights on
-        # guided tokens, a rollout backend's truncated importance weights on sampled ones.
+        # guided rows' tokens, a rollout backend's truncated importance weights on sampled ones.
         values, adv_weights, codapo_metrics = self.codapo_values(confidence, difficulty)
         token_weights, weight_metrics = self.token_weights(sampled, old_logp)
         metrics |= codapo_metrics | weight_metrics
@@ -203,8 +204,8 @@ class GRPOTrainer:
         return sampled, questions, rounds
 
     def rollout(self, questions: list[Question]) -> Sampled:
-        """G rewarded completions per question; with OC-GRPO, groups that all fail are
-        re-rolled from guided prompts and replaced by the guided groups.
+        """G rewarded completions per question; with OC-GRPO, guided rows sampled from hinted
+        prompts (guidance.OffContext).
 
         Each group samples from its own generator, seeded from one draw of torch's global
         generator and the group's position. With several processes, each samples its block of
@@ -216,10 +217,11 @@ class GRPOTrainer:
         sampled = None
         if hi > lo:
             mine = questions[lo:hi]
-            gens = self.sampler.generators(base, range(lo, hi), 0)
-            sampled = self.sampler.sample(mine, generators=gens)
-            if self.cfg.oc_grpo.mode != "off":
-                sampled = guide_failed(self.sampler, mine, sampled, base, lo)
+            if self.offcontext is not None:
+                sampled = self.offcontext.rollout(mine, base, lo)
+            else:
+                gens = self.sampler.generators(base, range(lo, hi), 0)
+                sampled = self.sampler.sample(mine, generators=gens)
         return self.sampler.gather(sampled, self.parallel)
 
     def score(self, ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,8 +250,9 @@ class GRPOTrainer:
     def token_weights(
         self, sampled: Sampled, old_logp: torch.Tensor
     ) -> tuple[torch.Tensor | None, dict[str, float]]:
-        """(B, T) weights on each token's advantage: OC-GRPO's importance weights on guided
-        tokens, times a rollout backend's truncated importance weights; and their metrics."""
+        """(B, T) weights on each token's advantage: OC-GRPO's importance weights on the tokens
+        of guided rows, times a rollout backend's truncated importance weights; and their
+        metrics."""
         token_weights, metrics = None, {}
         if self.cfg.oc_grpo.mode != "off":
             token_weights, metrics = guided_token_weights(sampled, old_logp, self.cfg)
