@@ -2,6 +2,7 @@
 
     python -m benchmarks.offcontext [--keep DIR] [--seeds 0 1 2] [--variants ...] [-S KEY=VALUE]
                                     [--out benchmarks/results/offcontext-levels-3-5.json]
+    python -m benchmarks.offcontext --report   # the tables of --out, in seconds
 
 In a scratch copy of the committed repository (`--keep DIR` to keep it, and to resume): the
 stages up to `guide` once (`-S` overrides, default `train.levels=[3,4,5]`), then one
@@ -110,6 +111,25 @@ def table(cells: dict, levels: list[str]) -> str:
     return "\n".join(lines)
 
 
+def markdown(cells: dict, levels: list[str]) -> str:
+    """The table of `table` as markdown, accuracies in percent."""
+    head = "| variant | " + " | ".join(f"L{lv}: acc, vs base, vs grpo" for lv in levels)
+    lines = [head + " | rollouts | mean w | w at floor |", "|---" * (len(levels) + 4) + "|"]
+    for variant in cells:
+        row = f"| `{variant}` |"
+        for lv in levels:
+            b, g = paired(cells, variant, None, lv), paired(cells, variant, "grpo", lv)
+            vs = f"{100 * g['delta']:+.1f} ({100 * g['se']:.1f})" if variant != "grpo" else ""
+            row += f" {100 * b['acc']:.1f}, {100 * b['delta']:+.1f} ({100 * b['se']:.1f}), {vs} |"
+        runs = list(cells[variant].values())
+        w = [r["oc"]["oc/weight_mean"] for r in runs if "oc/weight_mean" in r["oc"]]
+        floor = [r["oc"]["oc/weight_at_floor"] for r in runs if "oc/weight_at_floor" in r["oc"]]
+        row += f" {np.mean([r['rollouts'] for r in runs]):,.0f} |"
+        row += f" {np.mean(w):.3f} | {100 * np.mean(floor):.1f}% |" if w else " | |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--keep", type=Path, help="run in this directory and keep it (resumable)")
@@ -119,7 +139,15 @@ def main() -> None:
     ap.add_argument(
         "--out", type=Path, default=Path("benchmarks/results/offcontext-levels-3-5.json")
     )
+    ap.add_argument(
+        "--report", action="store_true", help="print the tables of --out as it is, run nothing"
+    )
     args = ap.parse_args()
+    if args.report:
+        cells = json.loads(args.out.read_text())["cells"]
+        levels = sorted(next(iter(next(iter(cells.values())).values()))["policy"])
+        print(table(cells, levels) + "\n\n" + markdown(cells, levels))
+        return
     overrides = args.overrides if args.overrides is not None else ["train.levels=[3,4,5]"]
     result = {"overrides": overrides, "cells": {}}
     if args.out.exists():

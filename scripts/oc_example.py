@@ -27,7 +27,9 @@ def main() -> None:
     ap.add_argument("--id", default="arith-train-L5-00007")
     ap.add_argument("--fraction", type=float, default=0.6)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--samples", type=int, default=16, help="draws; the first correct is shown")
+    ap.add_argument(
+        "--samples", type=int, default=16, help="draws; the correct one with the lowest w is shown"
+    )
     args = ap.parse_args()
     rows = pq.read_table("data/prepared/train.parquet").to_pylist()
     problem = next(r for r in rows if r["id"] == args.id)
@@ -36,24 +38,28 @@ def main() -> None:
     x_hint = hinted_prompt(x, problem["solution"], args.fraction)
     torch.manual_seed(args.seed)
     ro = generate(model, tok, [x_hint], args.samples, 1.0, 72)
-    rewards = verify_batch(
-        [problem["domain"]] * args.samples, ro.texts, [problem["answer"]] * args.samples
-    )
-    row = next((i for i, r in enumerate(rewards) if r == 1.0), 0)
-    ro = ro.select([row])
-    logp_hint, _ = score_rollouts(model, ro, 1.0, 16)
-    ids = ro.completion_ids[0][ro.completion_mask[0].bool()].tolist()
+    n = args.samples
+    rewards = verify_batch([problem["domain"]] * n, ro.texts, [problem["answer"]] * n)
+    logp_hint, _ = score_rollouts(model, ro, 1.0, n)
     ctx = tok(x, add_special_tokens=False)["input_ids"]
-    with torch.no_grad():
-        logits = model(torch.tensor([ctx + ids])).logits[0].float()
-    lp = torch.log_softmax(logits, -1)
-    logp_x = torch.stack([lp[len(ctx) - 1 + j, t] for j, t in enumerate(ids)]).unsqueeze(0)
-    w = importance_weights(logp_x, logp_hint[:, : len(ids)])[0]
+    weights = []
+    for i in range(n):  # log pi(y|x) from one plain forward of [x | y] per sample
+        ids = ro.completion_ids[i][ro.completion_mask[i].bool()].tolist()
+        with torch.no_grad():
+            logits = model(torch.tensor([ctx + ids])).logits[0].float()
+        lp = torch.log_softmax(logits, -1)
+        logp_x = torch.stack([lp[len(ctx) - 1 + j, t] for j, t in enumerate(ids)])
+        w = importance_weights(logp_x, logp_hint[i, : len(ids)])
+        weights.append((ids, logp_x, w))
+    # shown: the correct sample whose weights fall lowest (the first sample if none is correct)
+    correct = [i for i in range(n) if rewards[i] == 1.0] or [0]
+    row = min(correct, key=lambda i: float(weights[i][2].min()))
+    ids, logp_x, w = weights[row]
+    logp_hint = logp_hint[row : row + 1]
+    logp_x = logp_x.unsqueeze(0)
     show = lambda s: s.replace("\n", "\\n")  # noqa: E731
     print(f"x  = `{show(x)}`\n\nx~ = `{show(x_hint)}`  (fraction {args.fraction})\n")
-    print(
-        f"y  = `{show(ro.texts[0])}`  (reward {rewards[row]:.0f}, sample {row} of {args.samples})\n"
-    )
+    print(f"y  = `{show(ro.texts[row])}`  (reward {rewards[row]:.0f}, sample {row} of {n})\n")
     print("| token | p(y_t given x~) | p(y_t given x) | w_t |\n|---|---|---|---|")
     for j, t in enumerate(ids):
         text = show(tok.decode([t])) or "EOS"

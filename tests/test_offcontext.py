@@ -326,3 +326,27 @@ def test_fixed_mode_keeps_the_original_row_beside_its_guided_twin(
         ("p1", False, None, 0.0),
         ("p1+hint", True, 0.5, 0.0),
     ]
+
+
+def test_an_instruct_models_contexts_go_through_its_chat_template():
+    """x~ is the guided prompt as one user message; PrefixRL's prefix follows the assistant
+    turn's opening."""
+    from grpo_core.data.prompts import guided_prompt, math_prompt, render_prompt
+    from grpo_core.training.guidance import sampling_context
+    from grpo_core.training.questions import render_questions
+
+    chat_tok = build_char_tokenizer(["abc"])
+    chat_tok.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    )
+    text = math_prompt("What is 47+38?")
+    solution = "Add the units: 7+8=15. Then the tens. The answer is \\boxed{85}."
+    (q,) = render_questions([Question("q", "math", 2, text, "85", solution)], chat_tok, True)
+    assert q.prompt == f"<|user|>\n{text}\n<|assistant|>\n" and q.text == text
+    hint = char_prefix(solution, 0.5)  # "Add the units: 7+8=15. Then"
+    guided = guided_prompt(text, hint, complete=False)
+    assert sampling_context(q, 0.5, "importance", chat_tok) == render_prompt(chat_tok, guided, True)
+    assert sampling_context(q, 0.5, "hinted", chat_tok) == f"<|user|>\n{guided}\n<|assistant|>\n"
+    assert sampling_context(q, 0.5, "prefix_rl", chat_tok) == q.prompt + hint
+    assert sampling_context(q, None, "importance", chat_tok) == q.prompt
