@@ -4,66 +4,18 @@ uses every one. A missing one would let DVC report "up to date" after a change t
 stage's output; an extra one would rerun it for nothing. And each stage's params in dvc.yaml
 are the sections its view of params.yaml holds."""
 
-import ast
 import importlib
 from pathlib import Path
 
 import yaml
 
+from grpo_core.codedeps import closure
+from grpo_core.codedeps import module_file as _module_file
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("grpo_core", "stages")
-# Files a stage runs without importing them: scripts started in the sandbox's child process
-# (its boot, and the code reward's test harness).
-RUN_NOT_IMPORTED = {
-    "grpo_core/rewards/code.py": {"grpo_core/rewards/sandbox_harness.py"},
-    "grpo_core/rewards/sandbox.py": {"grpo_core/rewards/sandbox_boot.py"},
-}
 # Imported by every stage to check the whole params file, never to read it (stages/common.py
 # says why): a section a stage does not read decides whether it starts, not what it writes.
 CHECKED_NOT_READ = "grpo_core/config/params.py"
-
-
-def _module_file(name: str) -> str | None:
-    path = ROOT / Path(*name.split("."))
-    if path.with_suffix(".py").is_file():
-        return str(path.with_suffix(".py").relative_to(ROOT))
-    if (path / "__init__.py").is_file():
-        return str((path / "__init__.py").relative_to(ROOT))
-    return None
-
-
-def _packages(name: str) -> list[str]:
-    """The __init__ files Python runs to import `name`: one per enclosing package."""
-    parts = name.split(".")
-    return [f for i in range(1, len(parts)) if (f := _module_file(".".join(parts[:i])))]
-
-
-def _imports(file: str) -> set[str]:
-    tree = ast.parse((ROOT / file).read_text())
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # `from grpo_core.data.tiny import arith` imports the submodule
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        for name in names:
-            if name.split(".")[0] in PACKAGES and (path := _module_file(name)):
-                found.add(path)
-                found.update(_packages(name))
-    return found | RUN_NOT_IMPORTED.get(file, set())
-
-
-def closure(module: str) -> set[str]:
-    """Every file of ours that `python -m module` runs."""
-    seen, todo = set(), [_module_file(module), *_packages(module)]
-    while todo:
-        f = todo.pop()
-        if f not in seen:
-            seen.add(f)
-            todo.extend(_imports(f))
-    return seen
 
 
 def _py_files(folder: str) -> set[str]:

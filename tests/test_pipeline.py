@@ -101,9 +101,8 @@ def ran(done: subprocess.CompletedProcess) -> list[str]:
     return [s for s in STAGES if f"Running stage '{s}'" in text]
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> Path:
-    repo = tmp_path_factory.mktemp("pipeline")
+def make_repo(repo: Path) -> Path:
+    """A git repo in the empty folder `repo` holding this one's pipeline on the SMALL params."""
     for name in ("grpo_core", "stages", "configs", ".dvc"):
         shutil.copytree(
             ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache")
@@ -120,6 +119,11 @@ def repo(tmp_path_factory) -> Path:
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "init")
     return repo
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    return make_repo(tmp_path_factory.mktemp("pipeline"))
 
 
 def test_repro_builds_every_artifact(repo):

@@ -526,3 +526,26 @@ def test_dapo_informative_groups_are_those_both_solved_and_failed():
 
     solved = torch.tensor([1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0], dtype=torch.bool)
     assert mixed_accuracy(solved, 4).tolist() == [False, True, False]
+
+
+def test_the_rollout_budget_ends_the_run_after_the_step_that_reaches_it(
+    tokenizer, tiny_model, starts_with_7
+):
+    """`train.max_rollouts`: 8 questions x G 8 = 64 rollouts a step, so a budget of 100 is
+    reached after the second of 5 steps (64, 128); `run` stops when `on_step` says so."""
+    from grpo_core.training.run import budget_spent
+
+    assert not budget_spent([{"num_rollouts": 64.0}], 100)
+    assert budget_spent([{"num_rollouts": 64.0}, {"num_rollouts": 64.0}], 100)
+    assert budget_spent([{"num_rollouts": 100.0}], 100)  # reaching it is enough
+    assert not budget_spent([{"num_rollouts": 1e9}], None)
+
+    history: list[dict] = []
+
+    def on_step(step, metrics, rows):
+        history.append(metrics)
+        return budget_spent(history, 100)
+
+    trainer = GRPOTrainer(tiny_model, tokenizer, _cfg(steps=5, max_rollouts=100))
+    run(trainer, starts_with_7, steps=5, seed=0, on_step=on_step)
+    assert [m["num_rollouts"] for m in history] == [64.0, 64.0]

@@ -185,6 +185,13 @@ class TrainParams(TrainSelection):
         "(0 < p < 0.5); unsolved (p = 0). Anything but `all` uses profiled questions only.",
     )
     steps: PositiveInt = Field(40, description="RL steps (one rollout batch each).")
+    max_rollouts: PositiveInt | None = Field(
+        None,
+        description="Stop after the step at which the rollouts sampled so far (every "
+        "completion, resampled and guided ones included) reach this many; `steps` stays the "
+        "most steps. Compares methods whose steps cost different numbers of rollouts (dynamic "
+        "sampling, OC-GRPO's adaptive cascade) at an equal budget; null: run all `steps`.",
+    )
     prompts_per_step: PositiveInt = Field(64, description="Questions per rollout batch.")
     group_size: Annotated[int, Field(ge=2)] = Field(
         8, description="Completions per question (G); group statistics need at least 2."

@@ -36,13 +36,14 @@ def run(
     questions: list[Question],
     steps: int,
     seed: int,
-    on_step: Callable[[int, dict[str, float], list[dict]], None] | None = None,
+    on_step: Callable[[int, dict[str, float], list[dict]], bool] | None = None,
     sampler: QuestionSampler | None = None,
     start: int = 0,
 ) -> None:
     """The RL loop: steps `start`..`steps - 1` of `prompts_per_step` questions each, with a
-    progress bar. A resumed run passes the sampler and the trainer as they were after step
-    `start - 1`; every step seeds its own sampling, so it continues exactly where it stopped."""
+    progress bar, ending early after a step whose `on_step` returns True. A resumed run passes
+    the sampler and the trainer as they were after step `start - 1`; every step seeds its own
+    sampling, so it continues exactly where it stopped."""
     sampler = sampler or QuestionSampler(len(questions), seed)
     bar = tqdm(
         range(start, steps),
@@ -60,8 +61,8 @@ def run(
 
         metrics, rows = trainer.step(trainer.next_batch(draw, step), more=draw)
         bar.set_postfix(reward=f"{metrics['reward']:.3f}", entropy=f"{metrics['entropy']:.3f}")
-        if on_step is not None:
-            on_step(step, metrics, rows)
+        if on_step is not None and on_step(step, metrics, rows):
+            break
 
 
 def train_policy(
@@ -97,6 +98,8 @@ def train_policy(
         sampler.load_state_dict(resume["sampler"])
         history, log_rows = resume["history"], resume["log_rows"]
         log.info("resuming from step %d of %d (%s)", start, cfg.steps, RUN_DIR)
+        if budget_spent(history, cfg.max_rollouts):
+            start = cfg.steps  # the stopped run had ended on its rollout budget
     # Built after the resumed weights are in: preparing broadcasts them from the main process.
     trainer = GRPOTrainer(
         policy,
@@ -112,21 +115,33 @@ def train_policy(
 
     with step_logger(process.is_main, history) as log_step:
 
-        def on_step(step: int, metrics: dict[str, float], rows: list[dict]) -> None:
+        def on_step(step: int, metrics: dict[str, float], rows: list[dict]) -> bool:
+            """Log and checkpoint step `step`; True when it is the run's last."""
             log_step(metrics)
             history.append(metrics)
             log_rows.extend({"step": step, **row} for row in rows)
             done = step + 1
-            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+            last = done == cfg.steps or budget_spent(history, cfg.max_rollouts)
+            if last and done < cfg.steps:
+                log.info("train.max_rollouts=%d reached after step %d", cfg.max_rollouts, step)
+            if done % cfg.checkpoint_every == 0 or last:
                 # Every process holds the same weights: the main one writes them; and the same
                 # trainer state but under DeepSpeed, where each writes its shard.
                 if process.is_main:
                     save_checkpoint(policy, done)
                 save_resume(fingerprint, done, trainer, sampler, history, log_rows, process.barrier)
                 process.barrier()
+            return last
 
         run(trainer, questions, cfg.steps, params.run_seed, on_step, sampler=sampler, start=start)
     return policy, log_rows
+
+
+def budget_spent(history: list[dict[str, float]], max_rollouts: int | None) -> bool:
+    """Whether the steps of `history` sampled at least `max_rollouts` rollouts (None: never)."""
+    if max_rollouts is None:
+        return False
+    return sum(m["num_rollouts"] for m in history) >= max_rollouts
 
 
 def _backend(params: TrainStage, tokenizer):

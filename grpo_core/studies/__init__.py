@@ -1,0 +1,1 @@
+"""Studies: variants x seeds as cached DVC stages, and their reports (docs/studies.md)."""

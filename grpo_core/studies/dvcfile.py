@@ -1,0 +1,106 @@
+"""studies/<name>/dvc.yaml: a study as DVC matrix stages, written from a template.
+
+Why matrix stages and not queued experiments: a cell is a stage of its own, with its own
+lock entry, so DVC caches each cell, runs only the cells whose params or inputs changed
+(adding a seed or a variant adds stages and runs only those), records each cell as soon as
+it ends (a killed study resumes at the first unfinished cell), and `dvc metrics show` lists
+every cell; the main pipeline's stages are the cells' upstream, taken from the cache or the
+DVC remote. Queued experiments would rerun the whole pipeline per cell in a temporary copy
+and keep results in git refs that a report would have to collect.
+
+The matrix reads the study file (`vars`), so editing `seeds` or `variants` in study.yaml is
+all it takes; the dvc.yaml itself depends only on the study's name and on which of our
+modules each stage runs (`python -m stages.study_report init NAME` rewrites it;
+tests/test_studies.py checks every committed one is current).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from grpo_core.codedeps import closure
+
+# The modules each stage runs: its own command and the pipeline stages it starts.
+RUNS = {
+    "upstream": ("stages.study_cell", "stages.profile", "stages.guide"),
+    "base": ("stages.study_cell",),
+    "cell": ("stages.study_cell", "stages.train", "stages.dynamics"),
+    "report": ("stages.study_report",),
+}
+
+
+def code(stage: str) -> list[str]:
+    files: set[str] = set()
+    for module in RUNS[stage]:
+        files |= closure(module)
+    return sorted(files)
+
+
+def render(name: str) -> str:
+    d = f"studies/{name}"
+    stages = {
+        "upstream": {
+            "cmd": f"python -m stages.study_cell upstream {d}",
+            "wdir": "../..",
+            "deps": [*code("upstream"), "models/base", "data/prepared/train.parquet"],
+            "params": [
+                {"params.yaml": ["seed", "profile", "guide", "train.levels", "train.domains",
+                                 "reward.code"]},
+                {f"{d}/study.yaml": ["params"]},
+            ],
+            "outs": [f"{d}/upstream"],
+        },
+        "base": {
+            "matrix": {"seed": "${seeds}"},
+            "cmd": f"python -m stages.study_cell base {d} ${{item.seed}}",
+            "wdir": "../..",
+            "deps": [*code("base"), "models/base", "data/prepared/eval.parquet"],
+            "params": [{"params.yaml": ["eval", "reward.code"]}, {f"{d}/study.yaml": ["params"]}],
+            "outs": [{f"{d}/base/${{item.seed}}": {"cache": False}}],
+            "metrics": [{f"{d}/base/${{item.seed}}.json": {"cache": False}}],
+        },
+        "cell": {
+            "matrix": {"variant": "${variants}", "seed": "${seeds}"},
+            "cmd": f"python -m stages.study_cell cell {d} ${{item.variant}} ${{item.seed}}",
+            "wdir": "../..",
+            "deps": [
+                *code("cell"),
+                "configs/accelerate",
+                "models/base",
+                "data/prepared/train.parquet",
+                "data/prepared/eval.parquet",
+                f"{d}/upstream",
+            ],
+            "params": [
+                {"params.yaml": ["algo", "launch", "train", "reward", "dynamics", "eval"]},
+                {f"{d}/study.yaml": ["params", "budget", "variants.${item.variant}"]},
+            ],
+            "outs": [{f"{d}/cells/${{key}}": {"cache": False}}],
+            "metrics": [{f"{d}/cells/${{key}}.json": {"cache": False}}],
+        },
+        "report": {
+            "cmd": f"python -m stages.study_report report {d}",
+            "wdir": "../..",
+            "deps": [*code("report"), f"{d}/study.yaml", f"{d}/cells", f"{d}/base"],
+            "outs": [
+                {f"reports/{name}.md": {"cache": False}},
+                {f"reports/{name}": {"cache": False}},
+            ],
+        },
+    }  # fmt: skip
+    head = (
+        f"# The study `{name}` (study.yaml) as DVC stages. Written by `python -m "
+        f"stages.study_report init {name}`:\n# edit study.yaml, not this file. Run it with "
+        f"`dvc repro {d}/dvc.yaml` (docs/studies.md).\n"
+    )
+    body = yaml.safe_dump({"vars": ["study.yaml"], "stages": stages}, sort_keys=False, width=100)
+    return head + body
+
+
+def write(name: str, root: Path = Path(".")) -> Path:
+    path = root / "studies" / name / "dvc.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(name))
+    return path

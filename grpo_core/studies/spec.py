@@ -1,0 +1,245 @@
+"""A study: variants x seeds over the pipeline, declared in `studies/<name>/study.yaml`.
+
+A variant is a set of params.yaml overrides (dotted keys). Every cell (variant, seed) trains
+from the main pipeline's data and base model with params.yaml, then the study's `params`,
+then the variant's overrides, then the budget (`train.steps`, or `train.max_rollouts` for
+an equal number of rollouts), then `train.seed` and `eval.seed` set to the cell's seed.
+The merged params are validated as a whole params file, so a bad override fails before any
+work with a message that names the study file, the variant and the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from grpo_core.config.params import Params, parse_params
+from grpo_core.errors import InputError
+
+BASE = "base"  # the base model, a baseline every study has
+NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# Keys a study may not override: the cells share the main pipeline's data and base model, and
+# the study sets the seeds.
+FORBIDDEN = {
+    "seed": "the study's `seeds` set train.seed and eval.seed",
+    "train.seed": "the study's `seeds` set it",
+    "eval.seed": "the study's `seeds` set it",
+    "data": "cells share the main pipeline's data (run that with other params instead)",
+    "model": "cells share the main pipeline's base model",
+}
+
+
+class StudyError(InputError):
+    """A study file is missing or invalid; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Check(_Strict):
+    """One comparison behind a claim. With `metric: accuracy` (the default): `variant` minus
+    `baseline` at `level` (an int, or `all` for every reported level), paired by seed and
+    question. With another metric, a dotted key of the cells' summary JSON (a {first, last}
+    pair counts as last - first, e.g. `dynamics.tokens.zero_adv_frac`): per seed the
+    variant's value, minus the baseline's at the same seed when `baseline` is set."""
+
+    variant: str
+    baseline: str | None = None
+    metric: str = "accuracy"
+    level: int | Literal["all"] = "all"
+    expect: Literal["better", "worse", "equal"] = Field(
+        description="better: the 95% interval of the difference lies above 0; worse: below 0; "
+        "equal: inside [-margin, margin] (an equivalence test)."
+    )
+    margin: float = Field(0.02, gt=0, description="Accuracy points (as a fraction) for equal.")
+
+    @model_validator(mode="after")
+    def _accuracy_needs_a_baseline(self) -> Check:
+        if self.metric == "accuracy" and self.baseline is None:
+            raise ValueError("an accuracy check needs a baseline (a variant, or 'base')")
+        return self
+
+
+class Claim(_Strict):
+    """A paper's claim, the number the paper gives, and the checks that test it here."""
+
+    id: str
+    claim: str
+    paper: str
+    checks: list[Check] = Field(min_length=1)
+
+
+class Budget(_Strict):
+    """What every variant spends: `steps` RL steps, or `rollouts` (train.max_rollouts, with
+    train.steps raised so that a step of prompts_per_step x group_size reaches it)."""
+
+    steps: int | None = Field(None, gt=0)
+    rollouts: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one(self) -> Budget:
+        if (self.steps is None) == (self.rollouts is None):
+            raise ValueError("set exactly one of budget.steps and budget.rollouts")
+        return self
+
+
+class Study(_Strict):
+    title: str
+    question: str = Field(description="What the study asks, in a sentence or two.")
+    seeds: list[int] = Field(min_length=1)
+    baseline: str
+    budget: Budget
+    params: dict[str, Any] = Field(description="Every cell's overrides ({} for none).")
+    variants: dict[str, dict[str, Any]] = Field(min_length=1)
+    levels: list[int] | None = Field(None, description="Levels to report; null: all evaluated.")
+    dynamics: list[str] = Field(
+        default_factory=list, description="Variants whose training dynamics the report draws."
+    )
+    cut: list[str] = Field(
+        default_factory=list, description="What was left out to fit the time budget."
+    )
+    claims: list[Claim] = Field(default_factory=list)
+
+    @field_validator("seeds")
+    @classmethod
+    def _unique(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+            raise ValueError(f"seeds must be distinct and >= 0, got {seeds}")
+        return seeds
+
+    @field_validator("variants")
+    @classmethod
+    def _names(cls, variants: dict) -> dict:
+        for name in variants:
+            if not NAME.match(name) or name == BASE:
+                raise ValueError(
+                    f"variant name {name!r}: lower-case letters, digits and _ only (it names "
+                    f"DVC stages), and not {BASE!r}"
+                )
+        return variants
+
+    @model_validator(mode="after")
+    def _references(self) -> Study:
+        known = set(self.variants)
+        wrong = [("baseline", self.baseline)] if self.baseline not in known else []
+        wrong += [("dynamics", v) for v in self.dynamics if v not in known]
+        for claim in self.claims:
+            for check in claim.checks:
+                wrong += [(f"claims.{claim.id}.variant", check.variant)] * (
+                    check.variant not in known
+                )
+                wrong += [(f"claims.{claim.id}.baseline", check.baseline)] * (
+                    check.baseline is not None and check.baseline not in known | {BASE}
+                )
+        if wrong:
+            raise ValueError(
+                "; ".join(f"{key}: {name!r} is not a variant" for key, name in wrong)
+                + f" (variants: {', '.join(self.variants)})"
+            )
+        for where, overrides in [("params", self.params)] + [
+            (f"variants.{v}", o) for v, o in self.variants.items()
+        ]:
+            for key in overrides:
+                for bad, why in FORBIDDEN.items():
+                    if key == bad or key.startswith(bad + "."):
+                        raise ValueError(f"{where}: {key!r} cannot be overridden: {why}")
+        return self
+
+    def cells(self) -> list[tuple[str, int]]:
+        return [(v, s) for v in self.variants for s in self.seeds]
+
+
+def cell_key(variant: str, seed: int) -> str:
+    """The cell's name, as DVC's matrix names it: `cell@<variant>-<seed>`."""
+    return f"{variant}-{seed}"
+
+
+def load_study(path: str | Path) -> Study:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "study.yaml"
+    if not path.exists():
+        raise StudyError(f"{path}: no such study file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+        return Study.model_validate(raw)
+    except yaml.YAMLError as exc:
+        raise StudyError(f"{path}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        lines = [
+            f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        raise StudyError(f"{path} is invalid:\n" + "\n".join(lines)) from None
+
+
+def set_dotted(params: dict, key: str, value: Any) -> None:
+    """params[a][b][c] = value for key 'a.b.c'; a mapping value merges into a mapping."""
+    *parents, last = key.split(".")
+    node = params
+    for i, part in enumerate(parents):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise InputError(f"{key}: {'.'.join(parents[: i + 1])} is not a section")
+        node = child
+    if isinstance(value, dict) and isinstance(node.get(last), dict):
+        for k, v in value.items():
+            set_dotted(node, f"{last}.{k}", v)
+    else:
+        node[last] = copy.deepcopy(value)
+
+
+def get_dotted(params: dict, key: str) -> Any:
+    node: Any = params
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def upstream_params(raw: dict, study: Study) -> dict:
+    """params.yaml with the study's `params`: what its profile and guide stages read."""
+    out = copy.deepcopy(raw)
+    for key, value in study.params.items():
+        set_dotted(out, key, value)
+    return out
+
+
+def cell_params(raw: dict, study: Study, variant: str, seed: int, source: str = "study") -> dict:
+    """The params.yaml of one cell (see the module docstring), validated as a whole."""
+    if variant not in study.variants:
+        raise StudyError(
+            f"{source}: no variant {variant!r} (variants: {', '.join(study.variants)})"
+        )
+    overrides = study.variants[variant]
+    out = upstream_params(raw, study)
+    for key, value in overrides.items():
+        set_dotted(out, key, value)
+    # The budget, where the variant does not set it itself.
+    budget = study.budget
+    if budget.steps is not None and "train.steps" not in overrides:
+        set_dotted(out, "train.steps", budget.steps)
+    if budget.rollouts is not None:
+        if "train.max_rollouts" not in overrides:
+            set_dotted(out, "train.max_rollouts", budget.rollouts)
+        if "train.steps" not in overrides:
+            t = out.get("train", {})
+            per_step = t.get("prompts_per_step", 64) * t.get("group_size", 8)
+            set_dotted(out, "train.steps", math.ceil(budget.rollouts / per_step))
+    set_dotted(out, "train.seed", seed)
+    set_dotted(out, "eval.seed", seed)
+    check_params(out, f"{source}, variant {variant}")
+    return out
+
+
+def check_params(raw: dict, source: str) -> Params:
+    try:
+        return parse_params(raw, source)
+    except InputError as exc:
+        raise StudyError(str(exc)) from None

@@ -1,0 +1,249 @@
+"""Studies (grpo_core/studies, stages/study_cell.py): the study files, their dvc.yaml, and a
+small study run through DVC in a temporary git repo: every cell cached, a new seed runs only
+its cells, a killed study resumes, a teammate's clone recomputes nothing."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grpo_core.config.core import read_yaml
+from grpo_core.studies import dvcfile
+from grpo_core.studies.spec import StudyError, cell_params, load_study
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = sorted(p.parent.name for p in ROOT.glob("studies/*/study.yaml"))
+
+
+def test_the_three_studies_exist_and_every_cell_has_valid_params():
+    assert {"difficulty", "codapo", "offcontext"} <= set(STUDIES)
+    raw = read_yaml(ROOT / "params.yaml")
+    for name in STUDIES:
+        study = load_study(ROOT / "studies" / name)
+        assert len(study.seeds) >= 3, name
+        for variant, seed in study.cells():
+            params = cell_params(raw, study, variant, seed, name)
+            assert params["train"]["seed"] == seed and params["eval"]["seed"] == seed
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_every_study_dvc_yaml_is_its_template(name):
+    """dvc.yaml is generated: editing a module a study stage runs changes its deps, and
+    `python -m stages.study_report init NAME` rewrites it."""
+    assert (ROOT / "studies" / name / "dvc.yaml").read_text() == dvcfile.render(name), (
+        f"studies/{name}/dvc.yaml is stale: python -m stages.study_report init {name}"
+    )
+
+
+def _study(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s/study.yaml").write_text(text)
+    return tmp_path / "s"
+
+
+GOOD = """
+title: t
+question: q
+seeds: [0, 1]
+baseline: a
+budget: {rollouts: 1000}
+params: {train.prompts_per_step: 10}
+variants:
+  a: {algo: grpo}
+  b: {algo: dapo, train.group_size: 4}
+  c: {algo: grpo, train.steps: 3}
+"""
+
+
+def test_cell_params_apply_study_variant_budget_and_seed_in_order(tmp_path):
+    study = load_study(_study(tmp_path, GOOD))
+    raw = read_yaml(ROOT / "params.yaml")
+    a = cell_params(raw, study, "a", 1)
+    assert a["algo"] == "grpo" and a["train"]["prompts_per_step"] == 10
+    # 1000 rollouts at 10 x 8 a step: 13 steps reach it; the run stops at max_rollouts
+    assert a["train"]["steps"] == 13 and a["train"]["max_rollouts"] == 1000
+    assert (a["train"]["seed"], a["eval"]["seed"]) == (1, 1)
+    assert cell_params(raw, study, "b", 0)["train"]["steps"] == 25  # 10 x 4 a step
+    assert cell_params(raw, study, "c", 0)["train"]["steps"] == 3  # the variant's own
+    assert raw["train"]["prompts_per_step"] == 64  # params.yaml untouched
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("a: {algo: grpo}", "a: {algo: grpo, seed: 3}"), "'seed' cannot be overridden"),
+        (("a: {algo: grpo}", "a: {algo: grpo, data.levels: [1]}"), "main pipeline's data"),
+        (("baseline: a", "baseline: zz"), "baseline: 'zz' is not a variant"),
+        (("  c: {algo", "  C-1: {algo"), "variant name 'C-1'"),
+        (("budget: {rollouts: 1000}", "budget: {}"), "exactly one of budget.steps"),
+        (("seeds: [0, 1]", "seeds: [0, 0]"), "seeds must be distinct"),
+    ],
+)
+def test_a_bad_study_file_is_named_with_its_key(tmp_path, edit, message):
+    with pytest.raises(StudyError, match="study.yaml") as err:
+        load_study(_study(tmp_path, GOOD.replace(*edit)))
+    assert message in str(err.value)
+
+
+def test_a_bad_override_is_named_with_the_variant_and_the_key(tmp_path):
+    study = load_study(_study(tmp_path, GOOD.replace("train.group_size: 4", "train.grup: 4")))
+    with pytest.raises(StudyError, match=r"variant b[\s\S]*train.grup: unknown key"):
+        cell_params(read_yaml(ROOT / "params.yaml"), study, "b", 0, "s/study.yaml")
+
+
+# --- a small study through DVC -----------------------------------------------------------------
+
+TINY_STUDY = {
+    "title": "tiny",
+    "question": "does a run twice as long differ?",
+    "seeds": [0],
+    "baseline": "short",
+    "budget": {"steps": 1},
+    "params": {"eval.samples": 2},
+    "variants": {"short": {"algo": "grpo"}, "long": {"algo": "grpo", "train.steps": 2}},
+    "claims": [
+        {
+            "id": "longer-is-better",
+            "claim": "two steps beat one",
+            "paper": "-",
+            "checks": [{"variant": "long", "baseline": "short", "expect": "better"}],
+        }
+    ],
+}
+
+
+def _ran(done: subprocess.CompletedProcess) -> set[str]:
+    text = done.stdout + done.stderr
+    names = {line.split("'")[1] for line in text.splitlines() if line.startswith("Running stage '")}
+    return {n.removeprefix("studies/tiny/dvc.yaml:") for n in names}
+
+
+@pytest.fixture(scope="module")
+def study_repo(tmp_path_factory):
+    from test_pipeline import make_repo  # the pipeline tests' small repo
+
+    repo = make_repo(tmp_path_factory.mktemp("study"))
+    (repo / "studies/tiny").mkdir(parents=True)
+    (repo / "studies/tiny/study.yaml").write_text(yaml.safe_dump(TINY_STUDY, sort_keys=False))
+    (repo / "studies/tiny/dvc.yaml").write_text(dvcfile.render("tiny"))
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "tiny study")
+    return repo
+
+
+def sh(repo, *cmd, check=True):
+    from test_pipeline import sh as _sh
+
+    return _sh(repo, *cmd, check=check)
+
+
+def _seeds(repo: Path, seeds: list[int]) -> None:
+    path = repo / "studies/tiny/study.yaml"
+    study = yaml.safe_load(path.read_text())
+    study["seeds"] = seeds
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+
+
+pipeline = pytest.mark.pipeline
+
+
+@pipeline
+def test_a_study_runs_its_cells_through_dvc_and_reports(study_repo):
+    repo = study_repo
+    done = sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml")
+    assert {"upstream", "base@0", "cell@short-0", "cell@long-0", "report"} <= _ran(done)
+    assert "study tiny: cell" in done.stderr and "left" in done.stderr  # the progress line
+    cells = repo / "studies/tiny/cells"
+    short, long_ = (json.loads((cells / f"{k}.json").read_text()) for k in ("short-0", "long-0"))
+    assert (short["steps"], long_["steps"]) == (1, 2)
+    assert long_["rollouts"] == 2 * short["rollouts"] == 2 * 4 * 4  # 4 prompts x G 4 a step
+    for key in ("short-0", "long-0"):
+        assert (cells / key / "questions.parquet").exists() and (cells / key / "train.csv").exists()
+        assert (cells / key / "dynamics/confidence.csv").exists()
+    assert not (repo / "studies/tiny/.work/short-0").exists()  # the workspace is gone
+    shown = sh(repo, "dvc", "metrics", "show").stdout
+    assert "studies/tiny/cells/short-0.json" in shown and "studies/tiny/cells/long-0.json" in shown
+    report = (repo / "reports/tiny.md").read_text()
+    assert "longer-is-better" in report and "inconclusive" in report  # one seed: no interval
+    # the results are in git, not in the DVC cache
+    status = sh(repo, "git", "status", "--porcelain").stdout
+    assert "studies/tiny/cells/" in status and "reports/" in status
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "study seed 0")
+    again = sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml")
+    assert _ran(again) == set()
+
+
+@pipeline
+def test_adding_a_seed_runs_only_that_seeds_cells(study_repo):
+    repo = study_repo
+    _seeds(repo, [0, 1])
+    done = sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml")
+    assert _ran(done) == {"base@1", "cell@short-1", "cell@long-1", "report"}
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "seed 1")
+
+
+@pipeline
+def test_a_killed_study_resumes_at_its_first_unfinished_cell(study_repo):
+    repo = study_repo
+    _seeds(repo, [0, 1, 2])
+    from test_pipeline import _env
+
+    proc = subprocess.Popen(
+        ["dvc", "repro", "studies/tiny/dvc.yaml"],
+        cwd=repo,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    cells, work = repo / "studies/tiny/cells", repo / "studies/tiny/.work"
+    deadline = time.time() + 300
+
+    def one_done_and_the_other_started() -> bool:
+        return any(
+            (cells / f"{k}-2.json").exists() and (work / f"{other}-2").exists()
+            for k, other in (("short", "long"), ("long", "short"))
+        )
+
+    while not one_done_and_the_other_started():
+        assert proc.poll() is None and time.time() < deadline, "seed 2 did not get that far"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = {k for k in ("short", "long") if (cells / f"{k}-2.json").exists()}
+    assert len(finished) == 1  # killed during the other cell, its workspace left behind
+    done = sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml")
+    ran = _ran(done)
+    assert {f"cell@{k}-2" for k in ("short", "long") if k not in finished} <= ran
+    assert not {f"cell@{k}-2" for k in finished} & ran
+    assert not {"cell@short-0", "cell@long-1", "upstream"} & ran
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "seed 2")
+
+
+@pipeline
+def test_a_teammate_gets_the_study_without_recomputing(study_repo, tmp_path):
+    repo = study_repo
+    upstream, remote, clone = tmp_path / "up.git", tmp_path / "remote", tmp_path / "mate"
+    sh(tmp_path, "git", "init", "-q", "--bare", str(upstream))
+    sh(repo, "git", "remote", "add", "study-origin", str(upstream))
+    sh(repo, "dvc", "remote", "add", "-f", "-d", "study-shared", str(remote))
+    sh(repo, "git", "commit", "-qam", "remote")
+    sh(repo, "git", "push", "-q", "study-origin", "HEAD:main")
+    sh(repo, "dvc", "push")
+    sh(tmp_path, "git", "clone", "-q", "-b", "main", str(upstream), str(clone))
+    sh(clone, "dvc", "pull", "--with-deps", "studies/tiny/dvc.yaml")  # its upstream too
+    assert (clone / "models/base/model.safetensors").exists()
+    done = sh(clone, "dvc", "repro", "studies/tiny/dvc.yaml")
+    assert _ran(done) == set()
+    assert (clone / "reports/tiny.md").read_text() == (repo / "reports/tiny.md").read_text()
+    shown = sh(clone, "dvc", "metrics", "show").stdout
+    assert "studies/tiny/cells/long-0.json" in shown

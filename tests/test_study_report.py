@@ -1,0 +1,281 @@
+"""A study report from hand-written cell files (the layout stages/study_cell.py writes), with
+numbers chosen so that every interval and verdict can be computed by hand.
+
+Questions q1, q2 are level 1, q3, q4 level 2, q5 level 3 (not a reported level: it must not
+enter "all"). Per seed s, with d = 0.10, 0.12, 0.14 for s = 0, 1, 2:
+- base: 0.4 at level 1, 0.1 at level 2; grpo: 0.5 and 0.2; new: grpo's + d (q5: new 1, else 0).
+- So new - grpo = d at every level: mean 0.12, sd 0.02, sem 0.02 / sqrt(3) = 0.011547,
+  half width t(0.975, 2) = 4.302653 x 0.011547 = 0.049683 -> +12.0 [+7.0, +17.0] points;
+  new - base at level 1 = 0.1 + d -> +22.0 [+17.0, +27.0].
+- dynamics.tokens.logp_incorrect of new: first -1, last -0.9, -0.8, -0.7 -> last - first
+  0.1, 0.2, 0.3: mean 0.2, half width 0.248414 -> [-0.04841, +0.4484], inconclusive.
+- dynamics.weights.rel_update: new 0.020, 0.021, 0.022, grpo 0.010 -> 0.010, 0.011, 0.012:
+  mean 0.011, half width 4.302653 x 0.001 / sqrt(3) = 0.002484 -> [+0.008516, +0.01348],
+  above 0 where the claim expects "worse": contradicted.
+"""
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from grpo_core.studies.report import load_results, write_findings, write_report
+
+D = {0: 0.10, 1: 0.12, 2: 0.14}
+LEVELS = {"q1": 1, "q2": 1, "q3": 2, "q4": 2, "q5": 3}
+
+
+def study_yaml(seeds: list[int], dynamics: list[str]) -> dict:
+    return {
+        "title": "Demo study",
+        "question": "Does new beat grpo?",
+        "seeds": seeds,
+        "baseline": "grpo",
+        "budget": {"steps": 4},
+        "params": {},
+        "levels": [1, 2],
+        "variants": {"grpo": {"algo": "grpo"}, "new": {"algo": "codapo"}},
+        "dynamics": dynamics,
+        "cut": ["Fewer steps than the paper."],
+        "claims": [
+            {
+                "id": "new-beats-grpo",
+                "claim": "new trains to a higher accuracy than grpo",
+                "paper": "+3.8 points",
+                "checks": [
+                    {"variant": "new", "baseline": "grpo", "level": "all", "expect": "better"},
+                    {"variant": "new", "baseline": "base", "level": 1, "expect": "better"},
+                ],
+            },
+            {
+                "id": "new-moves-less",
+                "claim": "new grows confident in wrong answers and updates the weights less",
+                "paper": "a smaller update",
+                "checks": [
+                    {
+                        "variant": "new",
+                        "metric": "dynamics.tokens.logp_incorrect",
+                        "expect": "better",
+                    },
+                    {
+                        "variant": "new",
+                        "baseline": "grpo",
+                        "metric": "dynamics.weights.rel_update",
+                        "expect": "worse",
+                    },
+                ],  # fmt: skip
+            },
+        ],
+    }
+
+
+def accuracies(variant: str, seed: int) -> dict[str, float]:
+    by_level = {"base": (0.4, 0.1), "grpo": (0.5, 0.2), "new": (0.5 + D[seed], 0.2 + D[seed])}
+    acc = {q: by_level[variant][level - 1] for q, level in LEVELS.items() if level < 3}
+    return acc | {"q5": 1.0 if variant == "new" else 0.0}
+
+
+def write_questions(folder, variant: str, seed: int) -> None:
+    folder.mkdir(parents=True)
+    acc = accuracies(variant, seed)
+    table = pa.table(
+        {
+            "id": list(LEVELS),
+            "source": ["arith"] * 5,
+            "domain": ["arith"] * 5,
+            "level": pa.array(list(LEVELS.values()), pa.int64()),
+            "accuracy": [acc[q] for q in LEVELS],
+            "greedy": pa.array([None] * 5, pa.float64()),
+        }
+    )
+    pq.write_table(table, folder / "questions.parquet")
+
+
+def make_study(root, name: str = "demo", seeds=(0, 1, 2), dynamics=("grpo", "new")):
+    """studies/<name>/ with every base evaluation and cell of `seeds`."""
+    study_dir = root / "studies" / name
+    study_dir.mkdir(parents=True)
+    (study_dir / "study.yaml").write_text(yaml.safe_dump(study_yaml(list(seeds), list(dynamics))))
+    for seed in seeds:
+        write_questions(study_dir / "base" / str(seed), "base", seed)
+        (study_dir / "base" / f"{seed}.json").write_text(json.dumps({"wall_s": 5.0}))
+        for variant in ("grpo", "new"):
+            cell = study_dir / "cells" / f"{variant}-{seed}"
+            write_questions(cell, variant, seed)
+            (cell / "train.csv").write_text(
+                "step,reward,num_rollouts,entropy\n1,0.2,16,0.9\n2,0.3,16,\n3,0.4,16,0.8\n"
+                "4,0.5,16,0.7\n"
+            )
+            dyn = cell / "dynamics"
+            dyn.mkdir()
+            (dyn / "confidence.csv").write_text(
+                '"step","logp_correct","logp_incorrect"\n1,-0.5,-1.0\n4,-0.3,-0.8\n'
+            )
+            (dyn / "advantage.csv").write_text(
+                '"step","adv_abs_p10","adv_abs_p50","adv_abs_p90","zero_adv_frac"\n'
+                "1,0.1,0.5,0.9,0.1\n4,0.0,0.4,0.8,0.3\n"
+            )
+            (dyn / "convergence.csv").write_text(
+                '"step","level1","level2","bin_easy"\n1,0.5,,0.7\n4,0.6,0.2,0.8\n'
+            )
+            new = variant == "new"
+            summary = {
+                "accuracy": 0.0,
+                "steps": 4,
+                "rollouts": 64,
+                "wall_s": {"train": 70.0 if new else 50.0, "dynamics": 5.0, "evaluate": 5.0,
+                           "total": 90.0 if new else 60.0},
+                "dynamics": {
+                    "weights": {"step": 4, "rel_update": 0.020 + 0.001 * seed if new else 0.010,
+                                "changed_frac": 0.5},
+                    "tokens": {
+                        "logp_correct": {"first": -0.5, "last": -0.3},
+                        "logp_incorrect": {"first": -1.0, "last": -0.9 + 0.1 * seed},
+                        "zero_adv_frac": {"first": 0.1, "last": 0.3},
+                        "accuracy": {"first": 0.3, "last": 0.5},
+                    },
+                },
+            }  # fmt: skip
+            (study_dir / "cells" / f"{variant}-{seed}.json").write_text(json.dumps(summary))
+    return study_dir
+
+
+NEW_GRPO = "new − grpo overall: +12.0 [+7.0, +17.0] pts, 3 seeds → holds"
+NEW_BASE = "new − base at level 1: +22.0 [+17.0, +27.0] pts, 3 seeds → holds"
+LOGP = (
+    "new dynamics.tokens.logp_incorrect (last − first): +0.2 [-0.04841, +0.4484], 3 seeds "
+    "→ inconclusive"
+)
+REL_UPDATE = (
+    "new − grpo dynamics.weights.rel_update: +0.011 [+0.008516, +0.01348], 3 seeds → contradicted"
+)
+
+
+def test_load_results_reads_every_cell(tmp_path):
+    results = load_results(make_study(tmp_path))
+    assert results.name == "demo" and results.missing == []
+    assert sorted(results.accuracy) == ["base", "grpo", "new"]
+    assert results.accuracy["new"][1]["q1"] == pytest.approx(0.62)
+    assert results.levels["base"][0] == LEVELS
+    assert results.summaries["grpo"][2]["steps"] == 4
+    assert results.reported_levels() == [1, 2]
+    assert results.questions("all") == {"q1", "q2", "q3", "q4"}
+    assert results.questions(2) == {"q3", "q4"}
+
+
+def test_report_tables_verdicts_figures_and_summary(tmp_path):
+    study_dir = make_study(tmp_path)
+    md = write_report(study_dir, tmp_path / "reports")
+    assert md == tmp_path / "reports" / "demo.md"
+    folder = tmp_path / "reports" / "demo"
+    for png in ("accuracy", "difference", "curves", "dynamics"):
+        assert (folder / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"](demo/{png}.png)" in md.read_text()
+    text = md.read_text()
+    lines = text.splitlines()
+    assert lines[0] == "# Demo study"
+    assert "`dvc repro studies/demo/dvc.yaml`" in text
+    assert "`python -m stages.study_report report studies/demo`" in text
+    assert "6 / 6 cells done" in text and "Missing" not in text
+    assert "the base model evaluated at 3 / 3 seeds." in text
+    # Verdicts first, then accuracy, differences, cost, dynamics, figures, what was cut.
+    heads = [line for line in lines if line.startswith("## ")]
+    assert [h.split(" (")[0] for h in heads] == [
+        "## Cells", "## Method", "## Verdicts", "## Accuracy", "## Paired differences",
+        "## Cost", "## Dynamics", "## Figures", "## What was cut",
+    ]  # fmt: skip
+    assert (
+        "| `new-beats-grpo` | new trains to a higher accuracy than grpo | +3.8 points | "
+        f"{NEW_GRPO}; {NEW_BASE} | **reproduced** |"
+    ) in lines
+    assert f"| {LOGP}; {REL_UPDATE} | **not reproduced** |" in text
+    # Accuracy: q5 (level 3) is not in "all"; a constant one has a point interval.
+    assert "| base | 40.0 [40.0, 40.0] | 10.0 [10.0, 10.0] | 25.0 [25.0, 25.0] |" in lines
+    assert "| new | 62.0 [57.0, 67.0] | 32.0 [27.0, 37.0] | 47.0 [42.0, 52.0] |" in lines
+    assert (
+        "| grpo (baseline) | 50.0 [50.0, 50.0] | 20.0 [20.0, 20.0] | 35.0 [35.0, 35.0] |" in lines
+    )
+    assert (
+        "| new − grpo | +12.0 [+7.0, +17.0] | +12.0 [+7.0, +17.0] | +12.0 [+7.0, +17.0] |" in lines
+    )
+    assert (
+        "| new − base | +22.0 [+17.0, +27.0] | +22.0 [+17.0, +27.0] | +22.0 [+17.0, +27.0] |"
+        in lines
+    )
+    assert (
+        "| grpo − base | +10.0 [+10.0, +10.0] | +10.0 [+10.0, +10.0] | +10.0 [+10.0, +10.0] |"
+        in lines
+    )
+    # Cost: means over seeds; compute is 3 x 60 s + 3 x 90 s.
+    assert "| grpo (baseline) | 3 | 4 | 64 | 0:50 | 1:00 |" in lines
+    assert "| new | 3 | 4 | 64 | 1:10 | 1:30 |" in lines
+    assert "Compute: 7:30" in text
+    assert "| new | 0.021 | 0.5 | -0.5 → -0.3 | -1 → -0.8 | 0.1 → 0.3 |" in lines
+    assert "- Fewer steps than the paper." in lines
+
+    summary = json.loads((folder / "summary.json").read_text())
+    assert {k: summary[k] for k in ("name", "cells_done", "cells_expected", "seeds")} == {
+        "name": "demo", "cells_done": 6, "cells_expected": 6, "seeds": [0, 1, 2],
+    }  # fmt: skip
+    assert summary["wall_s_total"] == 450.0
+    first, second = summary["claims"]
+    assert (first["verdict"], second["verdict"]) == ("reproduced", "not reproduced")
+    check = first["checks"][0]
+    assert (check["mean"], check["lo"], check["hi"]) == pytest.approx(
+        (0.12, 0.12 - 0.049683, 0.12 + 0.049683), abs=1e-6
+    )
+    assert (check["n"], check["outcome"], check["text"]) == (3, "holds", NEW_GRPO)
+    assert [c["outcome"] for c in second["checks"]] == ["inconclusive", "contradicted"]
+    assert second["checks"][0]["level"] is None
+
+
+def test_a_missing_cell_is_listed_and_left_out(tmp_path):
+    study_dir = make_study(tmp_path)
+    (study_dir / "cells" / "new-2.json").unlink()
+    shutil.rmtree(study_dir / "cells" / "new-2")
+    text = write_report(study_dir, tmp_path / "reports").read_text()
+    assert "5 / 6 cells done" in text
+    assert "Missing: `new-2`." in text
+    # d = 0.10, 0.12: mean 0.11, sem 0.01, half width t(0.975, 1) = 12.7062 x 0.01
+    assert "new − grpo overall: +11.0 [-1.7, +23.7] pts, 2 seeds → inconclusive" in text
+    assert "| new | 2 | 4 | 64 | 1:10 | 1:30 |" in text
+
+
+def test_one_seed_is_inconclusive(tmp_path):
+    study_dir = make_study(tmp_path, "solo", seeds=(0,), dynamics=())
+    md = write_report(study_dir, tmp_path / "reports")
+    text = md.read_text()
+    assert "new − grpo overall: +10.0 (n=1) pts, 1 seed → inconclusive" in text
+    verdicts = [line.split(" | ")[-1] for line in text.splitlines() if line.startswith("| `")]
+    assert verdicts == ["**inconclusive** |", "**inconclusive** |"]
+    assert not (tmp_path / "reports" / "solo" / "dynamics.png").exists()
+    summary = json.loads((tmp_path / "reports" / "solo" / "summary.json").read_text())
+    assert [c["verdict"] for c in summary["claims"]] == ["inconclusive", "inconclusive"]
+    check = summary["claims"][0]["checks"][0]
+    assert (check["mean"], check["lo"], check["hi"], check["n"]) == (
+        pytest.approx(0.1), None, None, 1,
+    )  # fmt: skip
+
+
+def test_findings_gather_every_report(tmp_path):
+    reports = tmp_path / "reports"
+    write_report(make_study(tmp_path), reports)
+    write_report(make_study(tmp_path, "solo", seeds=(0,), dynamics=()), reports)
+    target = write_findings(reports, tmp_path / "docs" / "findings.md")
+    assert target == tmp_path / "docs" / "findings.md"
+    lines = target.read_text().splitlines()
+    assert lines[0] == "# Findings"
+    assert any("python -m stages.study_report findings" in line for line in lines[:4])
+    assert (
+        "4 claims: 1 reproduced, 1 not reproduced, 2 inconclusive, over studies demo, solo; "
+        "each with ≥1 training seeds."
+    ) in lines
+    assert (
+        "| [demo](../reports/demo.md) | new trains to a higher accuracy than grpo | +3.8 points | "
+        f"{NEW_GRPO}; {NEW_BASE} | **reproduced** | `dvc repro studies/demo/dvc.yaml` |"
+    ) in lines
+    rows = [line for line in lines if line.startswith("| [")]
+    assert [r.split("]")[0] for r in rows] == ["| [demo", "| [demo", "| [solo", "| [solo"]
