@@ -7,16 +7,17 @@ results.
     python -m stages.study_cell base STUDY_DIR SEED       # the base model, eval seed SEED
     python -m stages.study_cell cell STUDY_DIR VARIANT SEED
 
-- upstream -> STUDY_DIR/upstream/{profile,guides}.parquet (cached by DVC);
+- upstream -> STUDY_DIR/upstream/{profile,guides}.parquet (cached by DVC); for a study with
+  its own data and base model (its params set `data` or `model` keys), prepare and base run
+  first, and STUDY_DIR/upstream/ holds data/prepared/ and models/base/ too;
 - base -> STUDY_DIR/base/SEED/ (questions.parquet, eval.json) and STUDY_DIR/base/SEED.json;
 - cell -> STUDY_DIR/cells/VARIANT-SEED/ (questions.parquet: per-question avg@k and greedy;
   train.csv: the step metrics; dynamics/*.csv; run.json: the resolved train params and
   last-step metrics) and STUDY_DIR/cells/VARIANT-SEED.json (the cell's summary, a DVC metrics
   file: accuracy by level, rollouts, steps, wall time, dynamics summary).
 
-Results are kilobytes and live in git (`cache: false`), so a commit carries its report's
-inputs. A killed cell keeps its workspace: rerun, its train stage resumes from the last
-checkpoint.
+Results are kilobytes and live in git (`cache: false`). A killed cell keeps its workspace:
+rerun, its train stage resumes from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -37,24 +38,35 @@ ROOT = Path.cwd()  # the repository: DVC runs study stages there (wdir)
 
 
 def upstream(study_dir: Path) -> None:
-    params = upstream_params(read_yaml("params.yaml"), load_study(study_dir))
+    study = load_study(study_dir)
+    params = upstream_params(read_yaml("params.yaml"), study)
     check_params(params, f"{study_dir}/study.yaml params")
-    ws = cells.workspace(ROOT, study_dir, "upstream", params, upstream=False)
-    for module in ("stages.profile", "stages.guide"):
+    ws = cells.workspace(
+        study_dir, "upstream", params, cells.inputs(ROOT, study_dir, study, "upstream")
+    )
+    own = ("stages.prepare", "stages.base") if study.own_upstream else ()
+    for module in (*own, "stages.profile", "stages.guide"):
         cells.run_stage(module, ws, ROOT)
     with atomic_path(study_dir / "upstream") as tmp:
         tmp.mkdir()
         for name in ("profile.parquet", "guides.parquet"):
             shutil.copy(ws / "data" / name, tmp / name)
+        if own:
+            shutil.copytree(ws / "data/prepared", tmp / "data/prepared")
+            shutil.copytree(ws / "models/base", tmp / "models/base")
     shutil.rmtree(ws)
 
 
 def base(study_dir: Path, seed: int) -> None:
-    params = upstream_params(read_yaml("params.yaml"), load_study(study_dir))
+    study = load_study(study_dir)
+    params = upstream_params(read_yaml("params.yaml"), study)
     params.setdefault("eval", {})["seed"] = seed
     check_params(params, f"{study_dir}/study.yaml params")
+    home = cells.inputs(ROOT, study_dir, study, "base")
     start = time.perf_counter()
-    table, metrics = cells.score(ROOT / "models/base", params, "base")
+    table, metrics = cells.score(
+        home["models/base"], home["data/prepared"] / "eval.parquet", params, "base"
+    )
     with atomic_path(study_dir / "base" / str(seed)) as tmp:
         tmp.mkdir()
         write_parquet(table, tmp / "questions.parquet")
@@ -67,13 +79,15 @@ def cell(study_dir: Path, variant: str, seed: int) -> None:
     study, key = load_study(study_dir), cell_key(variant, seed)
     params = cell_params(read_yaml("params.yaml"), study, variant, seed, f"{study_dir}/study.yaml")
     print(cells.progress_line(study_dir, study, key), file=sys.stderr, flush=True)
-    ws = cells.workspace(ROOT, study_dir, key, params)
+    ws = cells.workspace(study_dir, key, params, cells.inputs(ROOT, study_dir, study, "cell"))
     wall = {
         "train": cells.run_stage("stages.train", ws, ROOT),
         "dynamics": cells.run_stage("stages.dynamics", ws, ROOT),
     }
     start = time.perf_counter()
-    table, metrics = cells.score(ws / "models/policy", params, "policy")
+    table, metrics = cells.score(
+        ws / "models/policy", ws / "data/prepared/eval.parquet", params, "policy"
+    )
     wall["evaluate"] = time.perf_counter() - start
     wall["total"] = sum(wall.values())
     summary = cells.keep_cell(ws, study_dir / "cells" / key, table, metrics, wall)

@@ -25,7 +25,6 @@ from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.studies.spec import Study, cell_key
 
-SHARED = ("models/base", "data/prepared", "configs")  # from the main pipeline
 STEP_METRICS = "metrics/train/plots/metrics"
 QUESTIONS = pa.schema(
     [("id", pa.string()), ("source", pa.string()), ("domain", pa.string()),
@@ -41,19 +40,33 @@ def _link(ws: Path, rel: str, target: Path) -> None:
     link.symlink_to(target.resolve())
 
 
-def workspace(root: Path, study_dir: Path, name: str, params: dict, upstream: bool = True) -> Path:
-    """studies/<name>/.work/<name>/ with the main pipeline's inputs (under `root`) and, with
-    `upstream`, the study's profile and guides linked, and `params` as params.yaml. An
-    existing workspace (a killed run's) is kept: its train stage resumes from it."""
+def inputs(root: Path, study_dir: Path, study: Study, stage: str) -> dict[str, Path]:
+    """What a study stage's workspace links (workspace path -> target): the main pipeline's
+    data and base model under `root`, or the study's own from its upstream; a cell also
+    links the study's profile and guides, and the upstream stage of a study with its own
+    upstream links the raw data it prepares from."""
+    up = study_dir / "upstream"
+    links = {"configs": root / "configs"}
+    if stage == "upstream" and study.own_upstream:
+        return links | {"data/raw": root / "data/raw"}
+    home = up if study.own_upstream else root
+    links |= {"models/base": home / "models/base", "data/prepared": home / "data/prepared"}
+    if stage == "cell":
+        links |= {f"data/{f}": up / f for f in ("profile.parquet", "guides.parquet")}
+    return links
+
+
+def workspace(study_dir: Path, name: str, params: dict, links: dict[str, Path]) -> Path:
+    """studies/<name>/.work/<name>/ with `links` and `params` as params.yaml. An existing
+    workspace (a killed run's) is kept: its train stage resumes from it."""
     ws = study_dir / ".work" / name
     ws.mkdir(parents=True, exist_ok=True)
-    for rel in SHARED:
-        if not (root / rel).exists():
-            raise InputError(f"{rel}: missing; run the main pipeline first (dvc repro)")
-        _link(ws, rel, root / rel)
-    if upstream:
-        for file in ("profile.parquet", "guides.parquet"):
-            _link(ws, f"data/{file}", study_dir / "upstream" / file)
+    for rel, target in links.items():
+        if not target.exists():
+            raise InputError(
+                f"{target}: missing; run the pipeline upstream of it first (dvc repro)"
+            )
+        _link(ws, rel, target)
     (ws / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return ws
 
@@ -92,11 +105,11 @@ def per_question(sampled: list[dict], greedy: list[dict]) -> pa.Table:
     )  # fmt: skip
 
 
-def score(model_dir: Path, params: dict, name: str) -> tuple[pa.Table, dict]:
-    """Per-question accuracies of one model on the eval split (data/prepared/eval.parquet),
-    sampled as the `eval` section of `params` says, and its `summarize` metrics."""
+def score(model_dir: Path, split: Path, params: dict, name: str) -> tuple[pa.Table, dict]:
+    """Per-question accuracies of one model on the eval split `split`, sampled as the `eval`
+    section of `params` says, and its `summarize` metrics."""
     view = parse_params(params, EvaluateStage, "study params")
-    problems = read_problems("data/prepared/eval.parquet").to_pylist()
+    problems = read_problems(split).to_pylist()
     sampled, greedy = sample_model(str(model_dir), problems, view, name)
     return per_question(sampled, greedy), summarize(sampled, view.eval.pass_at, greedy)
 
