@@ -2,7 +2,8 @@
 
 Imports point one way, down this list (tests/test_layout.py checks it):
 
-    errors, io, registry   the shared base: user errors, atomic outputs, named registries
+    errors, io, registry,  the shared base: user errors, atomic outputs, named registries,
+    codedeps               the code a stage runs (its deps in dvc.yaml)
     algorithms             the math of RL fine-tuning: advantages, losses, CoDaPO, Off-Context,
                            and the named presets behind `algo`
     config                 params.yaml, one module per section
@@ -13,6 +14,7 @@ Imports point one way, down this list (tests/test_layout.py checks it):
     analysis               what a fixed model does (profiles, guides, evaluation) and what
                            training changed (tensor and token dynamics)
     training               the RL loop: trainer, update, data parallelism, checkpoints, resume
+    studies                variants x seeds of the pipeline as DVC stages; reports, statistics
 
 A subpackage imports only from those above it in this list (never from `stages`).
 """

@@ -8,45 +8,14 @@ import csv
 import io
 
 import pyarrow as pa
-import torch
 
-from grpo_core.analysis.evaluation import summarize
-from grpo_core.analysis.sampling import sample_problems
+from grpo_core.analysis.evaluation import sample_model, summarize
 from grpo_core.config.eval import EvaluateStage
-from grpo_core.data.prompts import render_prompts
 from grpo_core.data.schema import read_problems
 from grpo_core.io import atomic_path, write_json, write_parquet
-from grpo_core.models.loading import load_model, uses_chat
 from stages.common import log, main
 
 MODELS = {"base": "models/base", "policy": "models/policy"}
-
-
-def sample_model(
-    path: str, problems: list[dict], params: EvaluateStage, name: str
-) -> tuple[list[dict], list[dict]]:
-    """Sampled rows (`eval.samples` per question) and greedy rows (one per question, if
-    `eval.greedy`) of one model, each with its problem's id, source, domain and level."""
-    cfg, code = params.eval, params.reward.code
-    model, tokenizer = load_model(path)
-    problems = render_prompts(problems, tokenizer, uses_chat(path))
-    torch.manual_seed(params.eval_seed)
-    runs = {"sampled": False, "greedy": True} if cfg.greedy else {"sampled": False}
-    out: dict[str, list[dict]] = {}
-    for run, greedy in runs.items():
-        rows = sample_problems(
-            model, tokenizer, problems, cfg, f"eval {name} {run}", code=code, greedy=greedy
-        )
-        out[run] = [
-            {
-                "model": name,
-                "decoding": run,
-                **{k: problems[r["index"]][k] for k in ("id", "source", "domain", "level")},
-                **{k: v for k, v in r.items() if k != "index"},
-            }
-            for r in rows
-        ]
-    return out["sampled"], out.get("greedy", [])
 
 
 def evaluate(params: EvaluateStage) -> None:

@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # grpo_core/__init__.py's list, top to bottom: each may import only what is above it.
 LAYERS = [
-    {"errors", "io", "registry"},
+    {"errors", "io", "registry", "codedeps"},
     {"algorithms"},
     {"config"},
     {"rewards"},
@@ -19,6 +19,7 @@ LAYERS = [
     {"models"},
     {"analysis"},
     {"training"},
+    {"studies"},
 ]
 MAX_MODULE_LINES = 500
 MAX_STAGE_LINES = 120

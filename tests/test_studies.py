@@ -35,13 +35,14 @@ def test_the_three_studies_exist_and_every_cell_has_valid_params():
 def test_every_study_dvc_yaml_is_its_template(name):
     """dvc.yaml is generated: editing a module a study stage runs changes its deps, and
     `python -m stages.study_report init NAME` rewrites it."""
-    assert (ROOT / "studies" / name / "dvc.yaml").read_text() == dvcfile.render(name), (
+    study = load_study(ROOT / "studies" / name)
+    assert (ROOT / "studies" / name / "dvc.yaml").read_text() == dvcfile.render(name, study), (
         f"studies/{name}/dvc.yaml is stale: python -m stages.study_report init {name}"
     )
 
 
 def _study(tmp_path: Path, text: str) -> Path:
-    (tmp_path / "s").mkdir()
+    (tmp_path / "s").mkdir(parents=True)
     (tmp_path / "s/study.yaml").write_text(text)
     return tmp_path / "s"
 
@@ -77,7 +78,7 @@ def test_cell_params_apply_study_variant_budget_and_seed_in_order(tmp_path):
     ("edit", "message"),
     [
         (("a: {algo: grpo}", "a: {algo: grpo, seed: 3}"), "'seed' cannot be overridden"),
-        (("a: {algo: grpo}", "a: {algo: grpo, data.levels: [1]}"), "main pipeline's data"),
+        (("a: {algo: grpo}", "a: {algo: grpo, data.levels: [1]}"), "set it in the study's"),
         (("baseline: a", "baseline: zz"), "baseline: 'zz' is not a variant"),
         (("  c: {algo", "  C-1: {algo"), "variant name 'C-1'"),
         (("budget: {rollouts: 1000}", "budget: {}"), "exactly one of budget.steps"),
@@ -88,6 +89,30 @@ def test_a_bad_study_file_is_named_with_its_key(tmp_path, edit, message):
     with pytest.raises(StudyError, match="study.yaml") as err:
         load_study(_study(tmp_path, GOOD.replace(*edit)))
     assert message in str(err.value)
+
+
+def test_a_study_that_sets_data_or_model_builds_its_own_upstream(tmp_path):
+    """Its upstream stage prepares the data and trains the base from data/raw; its cells and
+    base evaluations read those instead of the main pipeline's."""
+    shared = load_study(_study(tmp_path / "shared", GOOD))
+    own = load_study(
+        _study(tmp_path / "own", GOOD.replace("params: {", "params: {data.domains: [mcq], "))
+    )
+    assert not shared.own_upstream and own.own_upstream
+    stages = yaml.safe_load(dvcfile.render("own", own))["stages"]
+    assert (
+        "stages/prepare.py" in stages["upstream"]["deps"]
+        and "data/raw" in stages["upstream"]["deps"]
+    )
+    assert {"data", "model"} <= set(stages["upstream"]["params"][0]["params.yaml"])
+    for stage in ("base", "cell"):
+        assert "models/base" not in stages[stage]["deps"]
+        assert "studies/own/upstream" in stages[stage]["deps"]
+    main = yaml.safe_load(dvcfile.render("shared", shared))["stages"]
+    assert (
+        "models/base" in main["cell"]["deps"]
+        and "stages/prepare.py" not in main["upstream"]["deps"]
+    )
 
 
 def test_a_bad_override_is_named_with_the_variant_and_the_key(tmp_path):
@@ -130,7 +155,7 @@ def study_repo(tmp_path_factory):
     repo = make_repo(tmp_path_factory.mktemp("study"))
     (repo / "studies/tiny").mkdir(parents=True)
     (repo / "studies/tiny/study.yaml").write_text(yaml.safe_dump(TINY_STUDY, sort_keys=False))
-    (repo / "studies/tiny/dvc.yaml").write_text(dvcfile.render("tiny"))
+    dvcfile.write("tiny", repo)
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "tiny study")
     return repo
@@ -247,3 +272,26 @@ def test_a_teammate_gets_the_study_without_recomputing(study_repo, tmp_path):
     assert (clone / "reports/tiny.md").read_text() == (repo / "reports/tiny.md").read_text()
     shown = sh(clone, "dvc", "metrics", "show").stdout
     assert "studies/tiny/cells/long-0.json" in shown
+
+
+@pipeline
+def test_a_study_with_its_own_data_and_base_builds_them_in_its_upstream(study_repo):
+    """`data` in a study's params: its upstream prepares the data and trains the base from
+    data/raw under the study's params; its cells train from that base."""
+    repo = study_repo
+    own = {**TINY_STUDY, "params": {"eval.samples": 2, "data.train_per_level": 30}}
+    own["variants"] = {"short": {"algo": "grpo"}}
+    own["claims"] = []
+    (repo / "studies/own").mkdir()
+    (repo / "studies/own/study.yaml").write_text(yaml.safe_dump(own, sort_keys=False))
+    dvcfile.write("own", repo)
+    done = sh(repo, "dvc", "repro", "studies/own/dvc.yaml")
+    text = done.stdout + done.stderr
+    assert "Running stage 'studies/own/dvc.yaml:cell@short-0'" in text
+    assert "Running stage 'base'" not in text  # the main pipeline's base is not touched
+    up = repo / "studies/own/upstream"
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(up / "data/prepared/train.parquet").num_rows == 30 * 2  # levels 1-2
+    assert (up / "models/base/model.safetensors").exists()
+    assert json.loads((repo / "studies/own/cells/short-0.json").read_text())["steps"] == 1

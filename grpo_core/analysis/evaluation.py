@@ -1,13 +1,19 @@
-"""Evaluation metrics as papers report them: avg@k accuracy, unbiased pass@k, maj@k and
-greedy accuracy; per benchmark, per domain and per difficulty level."""
+"""Evaluation as papers report it: sampling a model on held-out problems (`sample_model`),
+then avg@k accuracy, unbiased pass@k, maj@k and greedy accuracy; per benchmark, per domain and
+per difficulty level."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
 import numpy as np
+import torch
 
 from grpo_core.analysis.difficulty import is_correct
+from grpo_core.analysis.sampling import sample_problems
+from grpo_core.config.eval import EvaluateStage
+from grpo_core.data.prompts import render_prompts
+from grpo_core.models.loading import load_model, uses_chat
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -105,3 +111,30 @@ def summarize(
         d: _metrics(qs, pass_at, maj=d != "code") for d, qs in sorted(by_domain.items())
     }
     return out
+
+
+def sample_model(
+    path: str, problems: list[dict], params: EvaluateStage, name: str
+) -> tuple[list[dict], list[dict]]:
+    """Sampled rows (`eval.samples` per question) and greedy rows (one per question, if
+    `eval.greedy`) of one model, each with its problem's id, source, domain and level."""
+    cfg, code = params.eval, params.reward.code
+    model, tokenizer = load_model(path)
+    problems = render_prompts(problems, tokenizer, uses_chat(path))
+    torch.manual_seed(params.eval_seed)
+    runs = {"sampled": False, "greedy": True} if cfg.greedy else {"sampled": False}
+    out: dict[str, list[dict]] = {}
+    for run, greedy in runs.items():
+        rows = sample_problems(
+            model, tokenizer, problems, cfg, f"eval {name} {run}", code=code, greedy=greedy
+        )
+        out[run] = [
+            {
+                "model": name,
+                "decoding": run,
+                **{k: problems[r["index"]][k] for k in ("id", "source", "domain", "level")},
+                **{k: v for k, v in r.items() if k != "index"},
+            }
+            for r in rows
+        ]
+    return out["sampled"], out.get("greedy", [])

@@ -10,7 +10,8 @@ and keep results in git refs that a report would have to collect.
 
 The matrix reads the study file (`vars`), so editing `seeds` or `variants` in study.yaml is
 all it takes; the dvc.yaml itself depends only on the study's name and on which of our
-modules each stage runs (`python -m stages.study_report init NAME` rewrites it;
+modules each stage runs, and on whether the study builds its own data and base model
+(`python -m stages.study_report init NAME` rewrites it;
 tests/test_studies.py checks every committed one is current).
 """
 
@@ -21,10 +22,18 @@ from pathlib import Path
 import yaml
 
 from grpo_core.codedeps import closure
+from grpo_core.studies.spec import Study, load_study
 
 # The modules each stage runs: its own command and the pipeline stages it starts.
 RUNS = {
     "upstream": ("stages.study_cell", "stages.profile", "stages.guide"),
+    "own_upstream": (
+        "stages.study_cell",
+        "stages.prepare",
+        "stages.base",
+        "stages.profile",
+        "stages.guide",
+    ),
     "base": ("stages.study_cell",),
     "cell": ("stages.study_cell", "stages.train", "stages.dynamics"),
     "report": ("stages.study_report",),
@@ -38,25 +47,42 @@ def code(stage: str) -> list[str]:
     return sorted(files)
 
 
-def render(name: str) -> str:
+def render(name: str, study: Study) -> str:
+    """studies/<name>/dvc.yaml for `study`: with its own upstream (`study.own_upstream`), the
+    upstream stage prepares the data and trains the base from data/raw, and the other stages
+    read those instead of the main pipeline's."""
     d = f"studies/{name}"
+    read = ["seed", "profile", "guide", "train.levels", "train.domains", "reward.code"]
+    if study.own_upstream:
+        upstream = {"deps": [*code("own_upstream"), "data/raw"], "read": ["data", "model", *read]}
+        inputs = {"train": [f"{d}/upstream"], "eval": [f"{d}/upstream"]}
+    else:
+        upstream = {
+            "deps": [*code("upstream"), "models/base", "data/prepared/train.parquet"],
+            "read": read,
+        }
+        inputs = {
+            "train": [
+                "models/base",
+                "data/prepared/train.parquet",
+                "data/prepared/eval.parquet",
+                f"{d}/upstream",
+            ],
+            "eval": ["models/base", "data/prepared/eval.parquet"],
+        }
     stages = {
         "upstream": {
             "cmd": f"python -m stages.study_cell upstream {d}",
             "wdir": "../..",
-            "deps": [*code("upstream"), "models/base", "data/prepared/train.parquet"],
-            "params": [
-                {"params.yaml": ["seed", "profile", "guide", "train.levels", "train.domains",
-                                 "reward.code"]},
-                {f"{d}/study.yaml": ["params"]},
-            ],
+            "deps": upstream["deps"],
+            "params": [{"params.yaml": upstream["read"]}, {f"{d}/study.yaml": ["params"]}],
             "outs": [f"{d}/upstream"],
         },
         "base": {
             "matrix": {"seed": "${seeds}"},
             "cmd": f"python -m stages.study_cell base {d} ${{item.seed}}",
             "wdir": "../..",
-            "deps": [*code("base"), "models/base", "data/prepared/eval.parquet"],
+            "deps": [*code("base"), *inputs["eval"]],
             "params": [{"params.yaml": ["eval", "reward.code"]}, {f"{d}/study.yaml": ["params"]}],
             "outs": [{f"{d}/base/${{item.seed}}": {"cache": False}}],
             "metrics": [{f"{d}/base/${{item.seed}}.json": {"cache": False}}],
@@ -65,14 +91,7 @@ def render(name: str) -> str:
             "matrix": {"variant": "${variants}", "seed": "${seeds}"},
             "cmd": f"python -m stages.study_cell cell {d} ${{item.variant}} ${{item.seed}}",
             "wdir": "../..",
-            "deps": [
-                *code("cell"),
-                "configs/accelerate",
-                "models/base",
-                "data/prepared/train.parquet",
-                "data/prepared/eval.parquet",
-                f"{d}/upstream",
-            ],
+            "deps": [*code("cell"), "configs/accelerate", *inputs["train"]],
             "params": [
                 {"params.yaml": ["algo", "launch", "train", "reward", "dynamics", "eval"]},
                 {f"{d}/study.yaml": ["params", "budget", "variants.${item.variant}"]},
@@ -100,7 +119,7 @@ def render(name: str) -> str:
 
 
 def write(name: str, root: Path = Path(".")) -> Path:
-    path = root / "studies" / name / "dvc.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(name))
+    folder = root / "studies" / name
+    path = folder / "dvc.yaml"
+    path.write_text(render(name, load_study(folder)))
     return path

@@ -16,14 +16,8 @@ from grpo_core.studies import stats
 from grpo_core.studies.spec import BASE, Check, Claim, Study, cell_key, get_dotted, load_study
 
 Acc = dict[int, dict[str, float]]  # seed -> question id -> avg@k accuracy
-
-
-ALL = "all"
-
-
+ALL = "all"  # every reported level
 MINUS = "−"  # U+2212, as printed in the report's differences
-
-
 TOKEN_KEYS = ("logp_correct", "logp_incorrect", "zero_adv_frac")
 
 

@@ -1,11 +1,12 @@
 """A study: variants x seeds over the pipeline, declared in `studies/<name>/study.yaml`.
 
 A variant is a set of params.yaml overrides (dotted keys). Every cell (variant, seed) trains
-from the main pipeline's data and base model with params.yaml, then the study's `params`,
-then the variant's overrides, then the budget (`train.steps`, or `train.max_rollouts` for
-an equal number of rollouts), then `train.seed` and `eval.seed` set to the cell's seed.
-The merged params are validated as a whole params file, so a bad override fails before any
-work with a message that names the study file, the variant and the key.
+from the main pipeline's data and base model (or the study's own, when its `params` set `data`
+or `model` keys) with params.yaml, then the study's `params`, then the variant's overrides,
+then the budget (`train.steps`, or `train.max_rollouts` for an equal number of rollouts),
+then `train.seed` and `eval.seed` set to the cell's seed. The merged params are validated as
+a whole params file, so a bad override fails before any work with a message that names the
+study file, the variant and the key.
 """
 
 from __future__ import annotations
@@ -24,15 +25,15 @@ from grpo_core.errors import InputError
 
 BASE = "base"  # the base model, a baseline every study has
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-# Keys a study may not override: the cells share the main pipeline's data and base model, and
-# the study sets the seeds.
+# Keys a study may not override: the study sets the seeds.
 FORBIDDEN = {
     "seed": "the study's `seeds` set train.seed and eval.seed",
     "train.seed": "the study's `seeds` set it",
     "eval.seed": "the study's `seeds` set it",
-    "data": "cells share the main pipeline's data (run that with other params instead)",
-    "model": "cells share the main pipeline's base model",
 }
+# Sections only the study's `params` may override: they make the study's upstream its own
+# (its own data and base model), which every cell shares.
+UPSTREAM = ("data", "model")
 
 
 class StudyError(InputError):
@@ -148,12 +149,27 @@ class Study(_Strict):
         ]:
             for key in overrides:
                 for bad, why in FORBIDDEN.items():
-                    if key == bad or key.startswith(bad + "."):
+                    if _under(key, bad):
                         raise ValueError(f"{where}: {key!r} cannot be overridden: {why}")
+                if where != "params" and any(_under(key, s) for s in UPSTREAM):
+                    raise ValueError(
+                        f"{where}: {key!r}: a variant cannot change the data or the base model, "
+                        "which every cell shares; set it in the study's `params`"
+                    )
         return self
+
+    @property
+    def own_upstream(self) -> bool:
+        """Whether the study builds its own data and base model (its `params` set `data` or
+        `model` keys) instead of sharing the main pipeline's."""
+        return any(_under(key, s) for key in self.params for s in UPSTREAM)
 
     def cells(self) -> list[tuple[str, int]]:
         return [(v, s) for v in self.variants for s in self.seeds]
+
+
+def _under(key: str, section: str) -> bool:
+    return key == section or key.startswith(section + ".")
 
 
 def cell_key(variant: str, seed: int) -> str:
@@ -204,7 +220,8 @@ def get_dotted(params: dict, key: str) -> Any:
 
 
 def upstream_params(raw: dict, study: Study) -> dict:
-    """params.yaml with the study's `params`: what its profile and guide stages read."""
+    """params.yaml with the study's `params`: what its upstream stages read (profile and
+    guide; prepare and base too when the study has its own upstream)."""
     out = copy.deepcopy(raw)
     for key, value in study.params.items():
         set_dotted(out, key, value)

@@ -1,0 +1,200 @@
+"""What a study's stages do besides running pipeline stages (stages/study_cell.py): the
+scratch workspace a cell trains in, scoring a model per question, and the small files a cell
+keeps (docs/studies.md)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import yaml
+
+from grpo_core.analysis.difficulty import is_correct
+from grpo_core.analysis.evaluation import sample_model, summarize
+from grpo_core.config.core import parse_params
+from grpo_core.config.eval import EvaluateStage
+from grpo_core.data.schema import read_problems
+from grpo_core.errors import InputError
+from grpo_core.io import atomic_path, write_json, write_parquet
+from grpo_core.studies.spec import Study, cell_key
+
+STEP_METRICS = "metrics/train/plots/metrics"
+QUESTIONS = pa.schema(
+    [("id", pa.string()), ("source", pa.string()), ("domain", pa.string()),
+     ("level", pa.int64()), ("accuracy", pa.float64()), ("greedy", pa.float64())]
+)  # fmt: skip
+
+
+def _link(ws: Path, rel: str, target: Path) -> None:
+    link = ws / rel
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(target.resolve())
+
+
+def inputs(root: Path, study_dir: Path, study: Study, stage: str) -> dict[str, Path]:
+    """What a study stage's workspace links (workspace path -> target): the main pipeline's
+    data and base model under `root`, or the study's own from its upstream; a cell also
+    links the study's profile and guides, and the upstream stage of a study with its own
+    upstream links the raw data it prepares from."""
+    up = study_dir / "upstream"
+    links = {"configs": root / "configs"}
+    if stage == "upstream" and study.own_upstream:
+        return links | {"data/raw": root / "data/raw"}
+    home = up if study.own_upstream else root
+    links |= {"models/base": home / "models/base", "data/prepared": home / "data/prepared"}
+    if stage == "cell":
+        links |= {f"data/{f}": up / f for f in ("profile.parquet", "guides.parquet")}
+    return links
+
+
+def workspace(study_dir: Path, name: str, params: dict, links: dict[str, Path]) -> Path:
+    """studies/<name>/.work/<name>/ with `links` and `params` as params.yaml. An existing
+    workspace (a killed run's) is kept: its train stage resumes from it."""
+    ws = study_dir / ".work" / name
+    ws.mkdir(parents=True, exist_ok=True)
+    for rel, target in links.items():
+        if not target.exists():
+            raise InputError(
+                f"{target}: missing; run the pipeline upstream of it first (dvc repro)"
+            )
+        _link(ws, rel, target)
+    (ws / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return ws
+
+
+def run_stage(module: str, ws: Path, root: Path) -> float:
+    """`python -m module` (a pipeline stage) in the workspace; its wall time in seconds."""
+    path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", module], cwd=ws, env={**os.environ, "PYTHONPATH": path}
+    )
+    if done.returncode:
+        raise SystemExit(f"error: {module} failed in {ws} (exit {done.returncode})")
+    return time.perf_counter() - start
+
+
+def per_question(sampled: list[dict], greedy: list[dict]) -> pa.Table:
+    """One row per question: avg@k (the mean of its sampled completions' correctness) and
+    its greedy completion's correctness (null without greedy decoding)."""
+    rows: dict[str, dict] = {}
+    for r in sampled:
+        q = rows.setdefault(
+            r["id"],
+            {k: r[k] for k in ("id", "source", "domain", "level")} | {"n": 0, "correct": 0},
+        )
+        q["n"] += 1
+        q["correct"] += int(is_correct(r["reward"]))
+    best = {r["id"]: float(is_correct(r["reward"])) for r in greedy}
+    return pa.Table.from_pylist(
+        [
+            {**{k: q[k] for k in ("id", "source", "domain", "level")},
+             "accuracy": q["correct"] / q["n"], "greedy": best.get(q["id"])}
+            for q in rows.values()
+        ],
+        schema=QUESTIONS,
+    )  # fmt: skip
+
+
+def score(model_dir: Path, split: Path, params: dict, name: str) -> tuple[pa.Table, dict]:
+    """Per-question accuracies of one model on the eval split `split`, sampled as the `eval`
+    section of `params` says, and its `summarize` metrics."""
+    view = parse_params(params, EvaluateStage, "study params")
+    problems = read_problems(split).to_pylist()
+    sampled, greedy = sample_model(str(model_dir), problems, view, name)
+    return per_question(sampled, greedy), summarize(sampled, view.eval.pass_at, greedy)
+
+
+def accuracy_summary(table: pa.Table) -> dict:
+    """Mean avg@k overall and by level: what `dvc metrics show` lists per cell."""
+    rows = table.to_pylist()
+    levels = sorted({r["level"] for r in rows})
+    out = {"accuracy": sum(r["accuracy"] for r in rows) / len(rows)}
+    for level in levels:
+        sel = [r["accuracy"] for r in rows if r["level"] == level]
+        out[f"level{level}"] = sum(sel) / len(sel)
+    return {k: round(v, 6) for k, v in out.items()}
+
+
+def step_table(metrics_dir: Path) -> str:
+    """The dvclive step metrics (one .tsv per metric, nested by name) as one CSV: step, then a
+    column per metric ('clip_ratio/low_mean', ...)."""
+    columns: dict[str, dict[int, str]] = {}
+    for path in sorted(metrics_dir.rglob("*.tsv")):
+        name = str(path.relative_to(metrics_dir).with_suffix(""))
+        with path.open() as f:
+            for row in csv.DictReader(f, delimiter="\t"):
+                columns.setdefault(name, {})[int(row["step"])] = row[path.stem]
+    steps = sorted({s for col in columns.values() for s in col})
+    lines = [",".join(["step", *columns])]
+    lines += [",".join([str(s), *(col.get(s, "") for col in columns.values())]) for s in steps]
+    return "\n".join(lines) + "\n"
+
+
+def column(table_csv: str, name: str) -> list[float]:
+    """The values of one column of `step_table`'s CSV, at the steps that have one."""
+    lines = table_csv.splitlines()
+    index = lines[0].split(",").index(name)
+    values = [r.split(",")[index] for r in lines[1:]]
+    return [float(v) for v in values if v != ""]
+
+
+def keep_cell(ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict) -> dict:
+    """Write what a trained and scored cell keeps into the folder `out` (atomically) and
+    return its summary: per-question accuracies, the step metrics, the dynamics CSVs, the
+    resolved train params and last-step metrics."""
+    steps_csv = step_table(ws / STEP_METRICS)
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        write_parquet(table, tmp / "questions.parquet")
+        (tmp / "train.csv").write_text(steps_csv)
+        shutil.copytree(ws / "metrics/dynamics", tmp / "dynamics", ignore=_not_csv)
+        run = {
+            "resolved": json.loads((ws / "models/policy/grpo_lab.json").read_text()),
+            "last_step": json.loads((ws / "metrics/train/metrics.json").read_text()),
+            "eval": metrics,
+        }
+        write_json(run, tmp / "run.json")
+    rollouts = column(steps_csv, "num_rollouts")
+    return {
+        **accuracy_summary(table),
+        "rollouts": int(sum(rollouts)),
+        "steps": len(rollouts),
+        "wall_s": {k: round(v, 1) for k, v in wall.items()},
+        "dynamics": json.loads((ws / "metrics/dynamics.json").read_text()),
+    }
+
+
+def _not_csv(folder: str, names: list[str]) -> list[str]:
+    return [n for n in names if not n.endswith(".csv")]
+
+
+def progress_line(study_dir: Path, study: Study, key: str) -> str:
+    """A cell's place in its study, the time the done cells took, and an estimate of the time
+    left (the done cells' mean wall time, per cell still to run)."""
+    keys = [cell_key(v, s) for v, s in study.cells()]
+    done = [
+        json.loads(p.read_text())["wall_s"]["total"]
+        for k in keys
+        if k != key and (p := study_dir / "cells" / f"{k}.json").exists()
+    ]
+    left = len(keys) - len(done)
+    eta = f", ~{clock(left * sum(done) / len(done))} left" if done else ""
+    return (
+        f"study {study_dir.name}: cell {key} ({len(done) + 1}/{len(keys)}); "
+        f"{len(done)} done in {clock(sum(done))}{eta}"
+    )
+
+
+def clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
