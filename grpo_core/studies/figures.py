@@ -32,8 +32,12 @@ def _figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (7.0, 4.
 
 def _bars(ax, groups: list[str], series: dict[str, list[stats.Interval]]) -> None:
     """Grouped bars (in points) with 95% interval error bars, where the interval exists."""
+    from matplotlib import colormaps
+
     x = np.arange(len(groups))
     width = 0.8 / max(len(series), 1)
+    # tab10's colours repeat after 10 series; a study may have more variants (difficulty: 13)
+    palette = colormaps["tab10" if len(series) <= 10 else "tab20"]
     for i, (label, intervals) in enumerate(series.items()):
         mean = np.array([iv.mean for iv in intervals]) * 100
         lo = np.nan_to_num(mean - np.array([iv.lo for iv in intervals]) * 100)
@@ -45,6 +49,7 @@ def _bars(ax, groups: list[str], series: dict[str, list[stats.Interval]]) -> Non
             yerr=[lo, hi],
             capsize=2,
             label=label,
+            color=palette(i % palette.N),
         )
     ax.set_xticks(x, groups)
     if series:
