@@ -246,8 +246,9 @@ def cell_params(raw: dict, study: Study, variant: str, seed: int, source: str = 
         if "train.max_rollouts" not in overrides:
             set_dotted(out, "train.max_rollouts", budget.rollouts)
         if "train.steps" not in overrides:
-            t = out.get("train", {})
-            per_step = t.get("prompts_per_step", 64) * t.get("group_size", 8)
+            # prompts_per_step x group_size as validated (a key the file leaves out: its default)
+            train = check_params(out, f"{source}, variant {variant}").train
+            per_step = train.prompts_per_step * train.group_size
             set_dotted(out, "train.steps", math.ceil(budget.rollouts / per_step))
     set_dotted(out, "train.seed", seed)
     set_dotted(out, "eval.seed", seed)
