@@ -2,8 +2,10 @@
 
 Imports point one way, down this list (tests/test_layout.py checks it):
 
-    errors, io, registry,  the shared base: user errors, atomic outputs, named registries,
-    codedeps               the code a stage runs (its deps in dvc.yaml)
+    errors                 what the user got wrong (InputError) or stopped (Interrupted)
+    io, registry,          the shared base: atomic outputs and readable inputs, named
+    codedeps, compare      registries, the code a stage runs (its deps in dvc.yaml),
+                           experiments side by side (`python -m stages.compare`)
     algorithms             the math of RL fine-tuning: advantages, losses, CoDaPO, Off-Context,
                            and the named presets behind `algo`
     config                 params.yaml, one module per section

@@ -7,3 +7,9 @@ else keeps its traceback.
 
 class InputError(ValueError):
     """Bad input: the message names the param key, the file or the row."""
+
+
+class Interrupted(Exception):
+    """A stage stopped by the user (Ctrl-C, SIGTERM): the message says where it stopped and how
+    to go on (e.g. "at step 12 of 40; the last checkpoint is step 10: `dvc repro` resumes
+    there"). Stages print it as one line and exit with status 130."""

@@ -1,17 +1,21 @@
 """What every stage does first: validate params.yaml, seed, and turn known errors into a
-one-line message and exit status 2 instead of a traceback."""
+one-line message instead of a traceback: `error: ...` and exit status 2 for bad input (params,
+files, model names), `interrupted: ...` and exit status 130 for Ctrl-C or SIGTERM (what `dvc`
+sends a stage it stops)."""
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
+import signal
 import sys
 from collections.abc import Callable
 
 import torch
 
 from grpo_core.config.core import P, parse_params, read_yaml
-from grpo_core.errors import InputError
+from grpo_core.errors import InputError, Interrupted
 
 log = logging.getLogger("grpo_lab")
 
@@ -30,10 +34,37 @@ def load_stage_params(view: type[P], path: str = "params.yaml") -> P:
     return parse_params(raw, view, path)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def keep_deepspeed_out() -> None:
+    """Make DeepSpeed look absent in a process that was not launched to use it.
+
+    accelerate imports DeepSpeed whenever it is installed (transformers' save_pretrained
+    unwraps every model through it), and importing DeepSpeed logs how it probed the hardware
+    ("Setting accelerator to CPU..."), in stages that never use it. A None entry in
+    sys.modules is how Python marks a module as not importable: find_spec answers None, so
+    both libraries see no DeepSpeed. `accelerate launch` with a DeepSpeed config sets
+    ACCELERATE_USE_DEEPSPEED in the processes it starts (grpo_core.training.parallel
+    .uses_deepspeed), which import it as before."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+        sys.modules.setdefault("deepspeed", None)
+
+
 def main(stage: Callable[[P], None], view: type[P]) -> None:
     """Run `stage` on `view` of params.yaml (the sections it reads, as dvc.yaml declares them),
-    seeded with `seed` (0 for a stage that reads none)."""
+    seeded with `seed` (0 for a stage that reads none).
+
+    Bad input (InputError, a missing input file) prints `error: <message>` and exits 2. Ctrl-C
+    and SIGTERM print one line, `interrupted: <message>`, and exit 130 (128 + SIGINT, what
+    shells report): the message of an `Interrupted` the stage raised (where it stopped, how to
+    go on), or the stage's name. Outputs are published atomically (grpo_core.io), so a stage
+    stopped anywhere leaves no output half-written."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    keep_deepspeed_out()
+    signal.signal(signal.SIGTERM, _terminate)
+    name = stage.__name__
     try:
         params = load_stage_params(view)
         torch.manual_seed(getattr(params, "seed", 0))
@@ -41,3 +72,13 @@ def main(stage: Callable[[P], None], view: type[P]) -> None:
     except (InputError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: {name}; no output is half-written (each is published whole, by a "
+            "rename): rerun `dvc repro`",
+            file=sys.stderr,
+        )
+        sys.exit(130)

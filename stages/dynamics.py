@@ -8,9 +8,10 @@ data/profile.parquet -> what training changed.
 - data/dynamics/tokens.parquet: per step, overall, by level and by profile bin (confidence of
   correct and incorrect rollouts, |advantage| distribution, accuracy, the update weights the
   loss applied; grpo_core.analysis.token_dynamics);
-- metrics/dynamics.json (a summary for `dvc metrics diff`), metrics/dynamics/*.csv (DVC plots)
-  and metrics/dynamics/{heatmap,tokens}.png (the figures in the README;
-  grpo_core.analysis.figures).
+- metrics/dynamics.json (a summary for `dvc metrics diff`), metrics/dynamics/*.csv (DVC plots,
+  declared in dvc.yaml; the two whose series vary, convergence_long.csv and
+  update_by_module.csv, are long: step, series, value) and metrics/dynamics/{heatmap,tokens}.png
+  (the figures in the README; grpo_core.analysis.figures).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from grpo_core.analysis.figures import heatmap_figure, token_figure
-from grpo_core.analysis.tensor_dynamics import aggregate, tensor_dynamics
+from grpo_core.analysis.tensor_dynamics import aggregate, tensor_dynamics, update_by_module
 from grpo_core.analysis.token_dynamics import plot_tables, token_dynamics
 from grpo_core.config.dynamics import DynamicsStage
 from grpo_core.errors import InputError
@@ -72,18 +73,6 @@ def summary(tensors: pa.Table, tokens: pa.Table) -> dict:
             for key in ("logp_correct", "logp_incorrect", "zero_adv_frac", "accuracy")
         },
     }
-
-
-def update_by_module(tensors: pa.Table) -> pa.Table:
-    """Per checkpoint, the relative update of each module type over all layers (a DVC plot:
-    one column per module type)."""
-    by_type = aggregate(tensors, by=("step", "module"))
-    steps = sorted(set(by_type["step"].to_pylist()))
-    columns: dict[str, list] = {"step": steps}
-    for row in by_type.to_pylist():
-        column = columns.setdefault(row["module"], [None] * len(steps))
-        column[steps.index(row["step"])] = row["rel_update"]
-    return pa.table(columns)
 
 
 def dynamics(params: DynamicsStage) -> None:

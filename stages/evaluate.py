@@ -9,11 +9,12 @@ import io
 
 import pyarrow as pa
 
-from grpo_core.analysis.evaluation import sample_model, summarize
+from grpo_core.analysis.evaluation import format_table, sample_model, summarize
 from grpo_core.config.eval import EvaluateStage
 from grpo_core.data.schema import read_problems
 from grpo_core.io import atomic_path, write_json, write_parquet
-from stages.common import log, main
+from grpo_core.models.loading import require_model
+from stages.common import main
 
 MODELS = {"base": "models/base", "policy": "models/policy"}
 
@@ -21,13 +22,14 @@ MODELS = {"base": "models/base", "policy": "models/policy"}
 def evaluate(params: EvaluateStage) -> None:
     cfg = params.eval
     problems = read_problems("data/prepared/eval.parquet").to_pylist()
+    for path in MODELS.values():
+        require_model(path)  # both before sampling either
     samples: list[dict] = []
     metrics: dict[str, dict] = {}
     for name, path in MODELS.items():
         sampled, greedy = sample_model(path, problems, params, name)
         samples.extend(sampled + greedy)
         metrics[name] = summarize(sampled, cfg.pass_at, greedy)
-        log.info("%s: %s", name, metrics[name])
 
     levels = sorted({p["level"] for p in problems})
     buf = io.StringIO()
@@ -44,6 +46,7 @@ def evaluate(params: EvaluateStage) -> None:
         tmp.write_text(buf.getvalue())
     write_json(metrics, "metrics/eval.json")
     write_parquet(pa.Table.from_pylist(samples), "data/eval_samples.parquet")
+    print(format_table(metrics))
 
 
 if __name__ == "__main__":

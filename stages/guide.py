@@ -10,13 +10,12 @@ responses is correct."""
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from grpo_core.analysis.guides import find_guides
 from grpo_core.config.guide import GuideStage
 from grpo_core.data.schema import read_problems
-from grpo_core.io import write_parquet
+from grpo_core.io import read_stage_output, write_parquet
 from grpo_core.models.loading import load_model, uses_chat
 from stages.common import log, main
 
@@ -32,7 +31,7 @@ GUIDE_SCHEMA = pa.schema(
 
 
 def guide(params: GuideStage) -> None:
-    profile = pq.read_table("data/profile.parquet", columns=["id", "bin"]).to_pylist()
+    profile = read_stage_output("data/profile.parquet", ["id", "bin"], "profile").to_pylist()
     unsolved = {r["id"] for r in profile if r["bin"] == "unsolved"}
     train = read_problems("data/prepared/train.parquet").to_pylist()
     problems = [p for p in train if p["id"] in unsolved]

@@ -12,11 +12,12 @@ from grpo_core.analysis.difficulty import summarize_profile
 from grpo_core.analysis.sampling import sample_problems
 from grpo_core.config.profile import ProfileStage
 from grpo_core.data.prompts import render_prompts
-from grpo_core.data.schema import read_problems, select_problems
-from grpo_core.errors import InputError
+from grpo_core.data.schema import check_selection, read_problems, select_problems
 from grpo_core.io import write_parquet
 from grpo_core.models.loading import load_model, uses_chat
 from stages.common import log, main
+
+TRAIN_SPLIT = "data/prepared/train.parquet"
 
 PROFILE_SCHEMA = pa.schema(
     [
@@ -50,12 +51,10 @@ def profiled_questions(
 
 def profile(params: ProfileStage) -> None:
     cfg = params.profile
-    table = read_problems("data/prepared/train.parquet")
-    problems = profiled_questions(
-        table, params.train.levels, cfg.max_per_level, params.train.domains
-    )
-    if not problems:
-        raise InputError(f"train.levels={params.train.levels}: no training problems to profile")
+    levels, domains = params.train.levels, params.train.domains
+    table = read_problems(TRAIN_SPLIT)
+    check_selection(table, select_problems(table, levels, domains), levels, domains, TRAIN_SPLIT)
+    problems = profiled_questions(table, levels, cfg.max_per_level, domains)
     model, tokenizer = load_model("models/base")
     problems = render_prompts(problems, tokenizer, uses_chat("models/base"))
     torch.manual_seed(params.seed)

@@ -1,8 +1,9 @@
 """train: params `algo`, `train`, `seed`, models/base, the train split, data/profile.parquet
 (curricula), data/guides.parquet (OC-GRPO fixed) -> models/policy/ (HF directory, LoRA merged,
 with the resolved train params in grpo_lab.json), checkpoints/step-N/ (weights every
-`train.checkpoint_every` steps and at the end), metrics/train/ (dvclive),
-data/rollouts.parquet (one row per question per step)
+`train.checkpoint_every` steps and at the end), metrics/train/ (dvclive step metrics),
+metrics/train.json (the run's summary: steps, rollouts, time, recent means, and the warnings of
+a run that cannot learn), data/rollouts.parquet (one row per question per step)
 
 With `launch` naming an accelerate config of more than one process, the stage relaunches
 itself through `accelerate launch`; every process trains its share, and only the main one
@@ -27,6 +28,8 @@ from grpo_core.training.rollout_log import ROLLOUT_LOG
 from grpo_core.training.run import BASE_MODEL, train_policy
 from stages.common import main
 
+SUMMARY = "metrics/train.json"  # the run's summary (monitor.run_summary); DVC metrics
+
 
 def train(params: TrainStage) -> None:
     if launch_processes(params) > 1 and not in_launched_process():
@@ -43,7 +46,7 @@ def train(params: TrainStage) -> None:
     questions = training_questions(params)
     policy, tokenizer = load_model(BASE_MODEL)
     questions = render_questions(questions, tokenizer, uses_chat(BASE_MODEL))
-    policy, log_rows = train_policy(params, policy, tokenizer, questions, accelerator)
+    policy, log_rows, summary = train_policy(params, policy, tokenizer, questions, accelerator)
 
     if process.is_main:  # the others wait for its outputs
         if params.train.lora.enabled:
@@ -62,6 +65,7 @@ def train(params: TrainStage) -> None:
             write_json(record, tmp / "grpo_lab.json")
         write_parquet(pa.Table.from_pylist(log_rows, schema=ROLLOUT_LOG), "data/rollouts.parquet")
         publish_checkpoints()
+        write_json(summary, SUMMARY)
     process.barrier()
 
 

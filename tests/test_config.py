@@ -146,12 +146,55 @@ def test_not_a_mapping_and_bad_yaml(tmp_path):
 
 def test_dataset_lists_take_names_or_mappings():
     data = parse_params(
-        {"data": {"train": ["gsm8k"], "eval": [{"name": "math500", "path": "m.jsonl", "limit": 5}]}}
+        {
+            "data": {
+                "train": ["gsm8k"],
+                "eval": [{"name": "math500", "path": "data/raw/m.jsonl", "limit": 5}],
+            }
+        }
     ).data
     assert data.train[0].name == "gsm8k" and data.train[0].path is None
-    assert (data.eval[0].name, data.eval[0].path, data.eval[0].limit) == ("math500", "m.jsonl", 5)
+    eval0 = (data.eval[0].name, data.eval[0].path, data.eval[0].limit)
+    assert eval0 == ("math500", "data/raw/m.jsonl", 5)
     # real data alone, without tiny-world domains, is a valid world
     assert parse_params({"data": {"domains": [], "train": ["gsm8k"], "eval": ["math500"]}})
+
+
+@pytest.mark.parametrize(
+    "path, tracked",
+    [
+        ("data/raw/m.jsonl", True),
+        ("data/raw/math/train", True),  # a directory of files
+        ("./data/raw/m.jsonl", True),
+        ("data/raw", True),
+        ("m.jsonl", False),
+        ("data/m.jsonl", False),
+        ("data/raw/../m.jsonl", False),  # the text says data/raw, the file is not in it
+        ("data/rawer/m.jsonl", False),
+        ("/tmp/m.jsonl", False),
+        ("tests/fixtures/benchmarks/math500_test.jsonl", False),
+    ],
+)
+def test_a_dataset_path_must_be_under_data_raw_which_dvc_tracks(path, tracked):
+    """`prepare` depends on data/raw (dvc.yaml): a file elsewhere could change without DVC
+    rerunning it, so validation refuses it, naming the key and where to move the file."""
+    raw = {"data": {"train": [{"name": "gsm8k", "path": path}], "eval": ["math500"]}}
+    if tracked:
+        assert parse_params(raw).data.train[0].path == path
+        return
+    with pytest.raises(ParamsError) as info:
+        parse_params(raw)
+    assert "data.train.0.path" in str(info.value)
+    assert "move it under data/raw/, which the prepare stage tracks" in str(info.value)
+
+
+def test_an_absolute_dataset_path_is_checked_against_the_working_directory(tmp_path, monkeypatch):
+    """Stages run in the repository root: an absolute path inside its data/raw/ is tracked."""
+    monkeypatch.chdir(tmp_path)
+    inside = str(tmp_path / "data/raw/m.jsonl")
+    assert parse_params({"data": {"eval": [{"name": "math500", "path": inside}]}})
+    with pytest.raises(ParamsError, match="data.eval.0.path"):
+        parse_params({"data": {"eval": [{"name": "math500", "path": str(tmp_path / "m.jsonl")}]}})
 
 
 def test_launch_names_an_accelerate_config_that_exists():

@@ -1,8 +1,12 @@
 from math import comb
 
 import pytest
+import torch
 
 from grpo_core.analysis.evaluation import majority_correct, pass_at_k, summarize
+from grpo_core.analysis.sampling import generate_calls, sample_problems
+from grpo_core.config.sampling import SamplingParams
+from grpo_core.data.tiny import arith
 
 
 @pytest.mark.parametrize(
@@ -100,3 +104,48 @@ def test_summarize_per_benchmark_domain_and_level():
 )
 def test_majority_vote_with_ties(votes, correct, expected):
     assert majority_correct(votes, correct) == pytest.approx(expected)
+
+
+def test_generate_calls_hold_whole_problems_or_split_their_samples():
+    """(first problem, problems, first sample, samples each). 5 problems x 2 samples in calls
+    of 4: 2 problems a call; 2 problems x 10 samples in calls of 4: 4 + 4 + 2 each."""
+    assert generate_calls(5, 2, 4) == [(0, 2, 0, 2), (2, 2, 0, 2), (4, 1, 0, 2)]
+    assert generate_calls(2, 10, 4) == [
+        (0, 1, 0, 4),
+        (0, 1, 4, 4),
+        (0, 1, 8, 2),
+        (1, 1, 0, 4),
+        (1, 1, 4, 4),
+        (1, 1, 8, 2),
+    ]
+    assert generate_calls(3, 4, 4) == [(0, 1, 0, 4), (1, 1, 0, 4), (2, 1, 0, 4)]
+
+
+@pytest.mark.parametrize("samples, batch_size, most", [(10, 4, 4), (2, 4, 4), (3, 4, 3)])
+def test_no_forward_of_sample_problems_holds_more_than_batch_size(
+    tokenizer, tiny_model, samples, batch_size, most
+):
+    """eval.batch_size bounds every forward pass (prefill, decoding, scoring), counted on the
+    real model: 10 samples in calls of 4 split each problem 4 + 4 + 2 (before: one call of
+    10); 2 samples fit 2 problems a call; 3 samples fit one (3 sequences). The rows come
+    problem by problem, samples numbered 0..samples-1, and the same seed gives the same rows."""
+    problems = [
+        {"domain": "math", "prompt": arith.prompt(a, b), "answer": str(a + b)}
+        for a, b in [(12, 7), (30, 45), (8, 9)]
+    ]
+    cfg = SamplingParams(samples=samples, batch_size=batch_size, max_new_tokens=4)
+    rows_per_forward = []
+    hook = tiny_model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows_per_forward.append(kwargs["input_ids"].shape[0]),
+        with_kwargs=True,
+    )
+    torch.manual_seed(0)
+    rows = sample_problems(tiny_model, tokenizer, problems, cfg, "test", with_logprobs=True)
+    hook.remove()
+    assert max(rows_per_forward) == most
+    assert [(r["index"], r["sample"]) for r in rows] == [
+        (i, j) for i in range(3) for j in range(samples)
+    ]
+    torch.manual_seed(0)
+    again = sample_problems(tiny_model, tokenizer, problems, cfg, "test", with_logprobs=True)
+    assert again == rows

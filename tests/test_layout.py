@@ -10,7 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # grpo_core/__init__.py's list, top to bottom: each may import only what is above it.
 LAYERS = [
-    {"errors", "io", "registry", "codedeps"},
+    {"errors"},
+    {"io", "registry", "codedeps", "compare"},
     {"algorithms"},
     {"config"},
     {"rewards"},

@@ -303,7 +303,10 @@ def test_fixed_mode_keeps_the_original_row_beside_its_guided_twin(
     ]
     write_parquet(pa.Table.from_pylist(guides), "data/guides.parquet")
     params = TrainStage.model_validate(
-        {"algo": "oc_grpo", "train": {"levels": [5], "group_size": 4, "max_new_tokens": 12}}
+        {
+            "algo": "oc_grpo",
+            "train": {"levels": [5], "group_size": 4, "max_new_tokens": 12, "prompts_per_step": 3},
+        }
     )
     questions = training_questions(params)
     # Every original (unlocked or not) and one guided twin per unlocked question, at its fraction.

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# The stages that do work; `validate` (the params check, first of all) is followed apart.
 STAGES = ("prepare", "base", "profile", "guide", "train", "dynamics", "evaluate")
 pytestmark = pytest.mark.pipeline
 
@@ -161,6 +162,8 @@ def test_repro_builds_every_artifact(repo):
         "data/eval_samples.parquet",
         "metrics/train/metrics.json",
         "metrics/train/plots/metrics/reward.tsv",
+        "metrics/train.json",
+        "data/params.ok",
         "metrics/eval_by_level.csv",
     ):
         assert (repo / path).exists(), path
@@ -436,7 +439,9 @@ def test_exp_run_with_set_param_and_metrics_diff(repo):
     assert ran(done) == ["train", "dynamics", "evaluate"]
     diff = sh(repo, "dvc", "metrics", "diff", "--json")
     changed = json.loads(diff.stdout)
-    assert "metrics/train/metrics.json" in changed
+    assert "metrics/eval.json" in changed
+    # The step curves are plots, not metrics: no last-step reward poses as a result.
+    assert "metrics/train/metrics.json" not in changed
     params = sh(repo, "dvc", "params", "diff", "--json").stdout
     assert "train.lr" in params
 
@@ -464,3 +469,29 @@ def test_bad_param_fails_the_pipeline_with_its_name(repo):
     done = sh(repo, "dvc", "repro", check=False)
     assert done.returncode != 0
     assert "train.group_size" in done.stdout + done.stderr
+    assert ran(done) == []  # `validate` stopped it before any stage
+    sh(repo, "git", "checkout", "params.yaml")
+
+
+def test_a_key_no_stage_reads_is_checked_before_any_stage_runs(repo):
+    """An unknown key no stage reads used to pass as "up to date": the `validate` stage depends
+    on the whole file, and a valid edit leaves its output's bytes as they were."""
+    ok = (repo / "data/params.ok").read_bytes()
+    done = sh(repo, "dvc", "exp", "run", "-S", "+trian.lr=0.1", check=False)
+    assert done.returncode != 0 and ran(done) == []
+    assert "trian: unknown key" in done.stdout + done.stderr
+    sh(repo, "git", "checkout", "params.yaml")
+    text = (repo / "params.yaml").read_text()
+    (repo / "params.yaml").write_text(text + "notes: lr sweep\n")
+    done = sh(repo, "dvc", "repro", check=False)
+    assert done.returncode != 0 and ran(done) == []
+    assert "notes: unknown key" in done.stdout + done.stderr
+    sh(repo, "git", "checkout", "params.yaml")
+    params = yaml.safe_load(text)
+    params["eval"]["temperature"] = 0.9
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    done = sh(repo, "dvc", "repro")
+    assert "Running stage 'validate'" in done.stdout and ran(done) == ["evaluate"]
+    assert (repo / "data/params.ok").read_bytes() == ok
+    sh(repo, "git", "checkout", "params.yaml")
+    sh(repo, "dvc", "checkout", "--force")

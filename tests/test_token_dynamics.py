@@ -4,7 +4,12 @@ import pytest
 from PIL import Image
 
 from grpo_core.analysis.figures import token_figure
-from grpo_core.analysis.token_dynamics import TOKENS_SCHEMA, plot_tables, token_dynamics
+from grpo_core.analysis.token_dynamics import (
+    TOKENS_SCHEMA,
+    long_table,
+    plot_tables,
+    token_dynamics,
+)
 from grpo_core.errors import InputError
 from grpo_core.training.rollout_log import ROLLOUT_LOG
 
@@ -231,7 +236,13 @@ def test_empty_log():
 
 def test_plot_tables_columns_and_values():
     tables = plot_tables(token_dynamics(make_log(), PROFILE))
-    assert list(tables) == ["confidence", "advantage", "convergence", "update_weights"]
+    assert list(tables) == [
+        "confidence",
+        "advantage",
+        "convergence",
+        "convergence_long",
+        "update_weights",
+    ]
     assert tables["confidence"].column_names == ["step", "logp_correct", "logp_incorrect"]
     assert tables["advantage"].column_names == [
         "step",
@@ -275,8 +286,35 @@ def test_plot_tables_columns_and_values():
     }
     assert all(t.schema.field("step").type == pa.int32() for t in tables.values())
 
+    # The DVC plot's file: the same numbers, series by series, the null slices left out.
+    assert tables["convergence_long"].to_pydict() == {
+        "step": [0, 1, 0, 1, 0, 0, 1, 0, 1, 0],
+        "series": ["level3", "level3", "level4", "level4", "bin_unsolved", "bin_hard",
+                   "bin_hard", "bin_easy", "bin_easy", "bin_unprofiled"],
+        "accuracy": [pytest.approx(0.375), 1.0, 0.75, 0.75, 0.0, 0.75, 1.0, 0.5, 0.75, 1.0],
+    }  # fmt: skip
+
     no_bins = plot_tables(token_dynamics(make_log()))["convergence"]
     assert no_bins.column_names == ["step", "level3", "level4"]
+
+
+def test_long_table_keeps_column_order_and_drops_missing_values():
+    wide = pa.table(
+        {
+            "step": pa.array([10, 20], type=pa.int32()),
+            "q": [0.5, None],
+            "embed": [float("nan"), 0.25],
+        }
+    )
+    long = long_table(wide, "rel_update")
+    assert long.schema == pa.schema(
+        [("step", pa.int32()), ("series", pa.string()), ("rel_update", pa.float64())]
+    )
+    assert long.to_pylist() == [
+        {"step": 10, "series": "q", "rel_update": 0.5},
+        {"step": 20, "series": "embed", "rel_update": 0.25},
+    ]
+    assert long_table(wide.select(["step"]), "x").num_rows == 0
 
 
 def test_token_figure_writes_png(tmp_path):

@@ -140,15 +140,25 @@ def test_question_sampler_covers_each_epoch():
 
 def test_uniform_groups_take_no_step_but_report_every_metric(tokenizer, tiny_model, starts_with_7):
     """With filter_zero_std (dr_grpo's, and grpo's before issue 16) uniform groups are out of
-    the loss: an all-uniform batch has nothing to learn and takes no step."""
+    the loss: an all-uniform batch has nothing to learn and takes no step. Its KL is still
+    logged, from reference forwards of at most train.micro_batch_size sequences."""
     reference = type(tiny_model)(tiny_model.config)
     reference.load_state_dict(tiny_model.state_dict())
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
-    cfg = _cfg(kl_coef=0.1, filter_zero_std=True)
+    cfg = _cfg(kl_coef=0.1, filter_zero_std=True, micro_batch_size=24)
     trainer = GRPOTrainer(tiny_model, tokenizer, cfg, reference=reference)
     torch.manual_seed(0)
     ro = trainer.rollout(starts_with_7).ro
+    rows_per_forward = []
+    hook = reference.register_forward_pre_hook(
+        lambda module, args, kwargs: rows_per_forward.append(kwargs["input_ids"].shape[0]),
+        with_kwargs=True,
+    )
     metrics = trainer.update(ro, torch.zeros(len(ro.texts)))
+    hook.remove()
+    # The batch's 64 sequences in chunks of 24, 24 and 16 (each after a pass over its
+    # distinct prompts, shared by their groups' rows): one pass of 64 before.
+    assert rows_per_forward == [3, 24, 3, 24, 2, 16]
     assert metrics["frac_sequences_trained"] == 0.0 and metrics["kl"] == pytest.approx(0.0)
     assert metrics["entropy"] > 0 and metrics["clip_ratio/region_mean"] == 0.0
     assert all(torch.equal(before[k], v) for k, v in tiny_model.state_dict().items())

@@ -138,3 +138,70 @@ def sample_model(
             for r in rows
         ]
     return out["sampled"], out.get("greedy", [])
+
+
+def _metric_order(name: str) -> tuple[int, int]:
+    """levels first (1..5), then avg@k accuracy, pass@k (by k), maj@k, greedy."""
+    if name.startswith("level"):
+        return (0, int(name[len("level") :]))
+    if name.startswith("pass@"):
+        return (2, int(name[len("pass@") :]))
+    return {"accuracy": (1, 0), "greedy": (4, 0)}.get(name, (3, 0))
+
+
+def _label(name: str, graded: bool) -> str:
+    if name == "accuracy":
+        return "all levels" if graded else "accuracy"
+    return name.replace("level", "level ")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def _same_but_levels(a: list[dict], b: list[dict]) -> bool:
+    def strip(m: dict) -> dict:
+        return {k: v for k, v in m.items() if not k.startswith("level")}
+
+    return [strip(m) for m in a] == [strip(m) for m in b]
+
+
+def format_table(metrics: dict[str, dict]) -> str:
+    """metrics/eval.json as a small table to read in a terminal: per benchmark (and per domain
+    where that is not the same rows again), each model's accuracy (avg@k) per level and over
+    all levels, pass@k, maj@k and greedy accuracy, in percent with one decimal, and the
+    change of the last model over the first (policy over base), in points."""
+    models = list(metrics)
+    first, last = models[0], models[-1]
+    sources = [s for s in metrics[first] if s != "by_domain"]
+    blocks = [(s, [metrics[m][s] for m in models]) for s in sources]
+    for domain in metrics[first].get("by_domain", {}):
+        per_model = [metrics[m]["by_domain"][domain] for m in models]
+        # A domain of one benchmark would repeat its rows (but the levels).
+        if not any(_same_but_levels(per_model, [metrics[m][s] for m in models]) for s in sources):
+            blocks.append((f"domain {domain}", per_model))
+    header = ["accuracy (%)", *models, f"{last} - {first}"]
+    table: list[list[str]] = [header]
+    for title, per_model in blocks:
+        table.append([title])
+        names = sorted(per_model[0], key=_metric_order)
+        graded = any(n.startswith("level") for n in names)
+        for name in names:
+            values = [m.get(name) for m in per_model]
+            change = None if None in (values[0], values[-1]) else values[-1] - values[0]
+            table.append(
+                [
+                    f"  {_label(name, graded)}",
+                    *(_percent(v) for v in values),
+                    "-" if change is None else f"{100 * change:+.1f}",
+                ]
+            )
+    widths = [max(len(row[i]) for row in table if len(row) > i) for i in range(len(header))]
+    lines = []
+    for row in table:
+        if len(row) == 1:  # a block's title
+            lines.append(row[0])
+            continue
+        cells = [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join([row[0].ljust(widths[0]), *cells]))
+    return "\n".join(lines)

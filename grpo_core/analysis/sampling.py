@@ -13,6 +13,27 @@ from grpo_core.rollout.sampler import generate
 from grpo_core.rollout.scoring import score_rollouts
 
 
+def generate_calls(
+    num_problems: int, samples: int, batch_size: int
+) -> list[tuple[int, int, int, int]]:
+    """How `sample_problems` splits `samples` completions of each of `num_problems` problems
+    into generate calls of at most `batch_size` sequences, in row order: (first problem, number
+    of problems, first sample, samples each) per call. Whole problems share a call while
+    `samples` fits in it (`batch_size // samples` of them); otherwise each problem's samples are
+    split over calls of `batch_size` (the last one holds the rest)."""
+    if samples <= batch_size:
+        per_call = batch_size // samples
+        return [
+            (start, min(per_call, num_problems - start), 0, samples)
+            for start in range(0, num_problems, per_call)
+        ]
+    return [
+        (index, 1, first, min(batch_size, samples - first))
+        for index in range(num_problems)
+        for first in range(0, samples, batch_size)
+    ]
+
+
 def sample_problems(
     model,
     tokenizer,
@@ -24,8 +45,10 @@ def sample_problems(
     greedy: bool = False,
 ) -> list[dict]:
     """`cfg.samples` completions per problem (each problem a dict with at least `domain`,
-    `prompt`, `answer`), in generate calls of about `cfg.batch_size` sequences; with `greedy`,
-    one greedy completion per problem instead.
+    `prompt`, `answer`), in generate calls of at most `cfg.batch_size` sequences
+    (`generate_calls`; scored in forwards of at most as many); with `greedy`, one greedy
+    completion per problem instead. The completions draw from torch's global generator, call
+    after call: the same seed, problems and params give the same rows.
 
     Returns one row per completion, problem by problem: `index` (into `problems`), `sample`,
     `completion` (the model's text alone), `reward` (the verifier's on that text, so a hint in
@@ -34,11 +57,10 @@ def sample_problems(
     `with_logprobs` the completion's `mean_logprob` (mean token log-prob under `model`).
     """
     model.eval()
-    n = 1 if greedy else cfg.samples
-    per_call = max(1, cfg.batch_size // n)
     rows: list[dict] = []
-    for start in tqdm(range(0, len(problems), per_call), desc=desc, unit="batch"):
-        chunk = problems[start : start + per_call]
+    calls = generate_calls(len(problems), 1 if greedy else cfg.samples, cfg.batch_size)
+    for start, count, first, n in tqdm(calls, desc=desc, unit="batch"):
+        chunk = problems[start : start + count]
         ro = generate(
             model,
             tokenizer,
@@ -60,7 +82,7 @@ def sample_problems(
         for i, text in enumerate(ro.texts):
             row = {
                 "index": start + i // n,
-                "sample": i % n,
+                "sample": first + i % n,
                 "completion": text,
                 "reward": rewards[i],
                 "answer": final_answer(owners[i]["domain"], text),

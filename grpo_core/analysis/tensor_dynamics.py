@@ -450,3 +450,24 @@ def _combined_cosine(
         if now > 0 and before > 0:
             cos = max(-1.0, min(1.0, dot / math.sqrt(now * before)))
     return cos
+
+
+def update_by_module(tensors: pa.Table) -> pa.Table:
+    """Per checkpoint, the relative update of each module type over all layers, in long form
+    (step, series, rel_update; series is the module type, in `MODULE_TYPES` order, steps
+    ascending within it; null updates dropped). Long, because the module types present vary
+    with the model (an untied lm_head, LoRA targets) and a DVC plot names its y columns."""
+    order = {m: i for i, m in enumerate(MODULE_TYPES)}
+    rows = [
+        r
+        for r in aggregate(tensors, by=("step", "module")).to_pylist()
+        if r["rel_update"] is not None and r["rel_update"] == r["rel_update"]  # not NaN
+    ]
+    rows.sort(key=lambda r: (order.get(r["module"], len(order)), r["module"], r["step"]))
+    return pa.table(
+        {
+            "step": pa.array([r["step"] for r in rows], type=pa.int32()),
+            "series": pa.array([r["module"] for r in rows], type=pa.string()),
+            "rel_update": pa.array([r["rel_update"] for r in rows], type=pa.float64()),
+        }
+    )

@@ -3,7 +3,7 @@
 The train stage logs one row per question per RL step
 (`grpo_core.training.rollout_log.ROLLOUT_LOG`). This module aggregates that log per step, over
 all questions and per slice (per level, and per base-model difficulty bin when a profile is
-given), into a tidy table, and the wide per-step tables behind
+given), into a tidy table, and the per-step tables behind
 the four classic views (`plot_tables`; drawn by `grpo_core.analysis.figures.token_figure`):
 
 - confidence inflation: the log-prob of correct and of incorrect rollouts rises over training;
@@ -217,14 +217,16 @@ def _slices(tokens: pd.DataFrame, by: str) -> pd.DataFrame:
 
 
 def plot_tables(tokens: pa.Table) -> dict[str, pa.Table]:
-    """Wide per-step tables for DVC plots, from `token_dynamics` output:
+    """Per-step tables for DVC plots and study reports, from `token_dynamics` output:
 
     - `confidence`: step, logp_correct, logp_incorrect (all questions);
     - `advantage`: step, adv_abs_p10, adv_abs_p50, adv_abs_p90, zero_adv_frac;
     - `convergence`: step, `level<N>` accuracy per level, then `bin_<name>` per profile bin
       (only when the tokens have bin slices); a slice absent at a step is null;
+    - `convergence_long`: the same numbers in long form (`long_table`: step, series, accuracy),
+      which is what the DVC plot reads, since its columns vary with the levels trained;
     - `update_weights`: step, update_weight_abs, update_weight_mean, clip_frac.
-    One row per step, ascending."""
+    The wide tables have one row per step, ascending."""
     _require(tokens, tuple(TOKENS_SCHEMA.names), "token dynamics table")
     df = tokens.to_pandas()
     overall = _slices(df, "all").sort_values("step")
@@ -246,7 +248,35 @@ def plot_tables(tokens: pa.Table) -> dict[str, pa.Table]:
         for s in sorted(pivot.columns, key=_level_or_bin_key(by)):
             conv[f"{prefix}{s}"] = pivot[s].to_numpy()
     out["convergence"] = _wide_table(steps, conv)
-    return {k: out[k] for k in ("confidence", "advantage", "convergence", "update_weights")}
+    out["convergence_long"] = long_table(out["convergence"], "accuracy")
+    names = ("confidence", "advantage", "convergence", "convergence_long", "update_weights")
+    return {k: out[k] for k in names}
+
+
+def long_table(wide: pa.Table, value: str) -> pa.Table:
+    """`wide` (step, then one column per series) as rows of (step, series, `value`): series in
+    column order, steps ascending within each, null values dropped.
+
+    Why: a DVC plot names its y columns in dvc.yaml, so a file whose columns vary (one per
+    level trained, one per module type present) cannot be declared column by column; in long
+    form it is one y column, and the template .dvc/plots/series.json colours by `series`."""
+    steps, series, values = [], [], []
+    step_values = wide["step"].to_pylist()
+    for name in wide.column_names:
+        if name == "step":
+            continue
+        for step, v in zip(step_values, wide[name].to_pylist(), strict=True):
+            if v is not None and v == v:  # v != v: NaN
+                steps.append(step)
+                series.append(name)
+                values.append(v)
+    return pa.table(
+        {
+            "step": pa.array(steps, type=pa.int32()),
+            "series": pa.array(series, type=pa.string()),
+            value: pa.array(values, type=pa.float64()),
+        }
+    )
 
 
 def _level_or_bin_key(by: str):

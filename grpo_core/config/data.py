@@ -3,11 +3,26 @@ drawn)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from grpo_core.config.core import PositiveInt, Section, Seed, StageParams, TinyLevel
+
+# Where local dataset files live: the `prepare` stage's dependency in dvc.yaml, so DVC reruns it
+# when one of them changes.
+RAW_DIR = "data/raw"
+
+
+def under_raw_dir(path: str) -> bool:
+    """Whether `path` (relative to the repository root, the working directory of every stage,
+    or absolute) lies inside data/raw/; ".." is resolved by its text, symlinks are kept: DVC
+    hashes what is at the path."""
+    root = Path.cwd()
+    full = Path(os.path.normpath(root / Path(path).expanduser()))
+    return full.is_relative_to(root / RAW_DIR)
 
 
 class DatasetSpec(Section):
@@ -19,12 +34,24 @@ class DatasetSpec(Section):
     )
     path: str | None = Field(
         None,
-        description="A local file in the dataset's own column layout (parquet, json, jsonl, "
-        "csv), e.g. under data/raw/ (a dependency of `prepare`); null loads the adapter's hub "
-        "id through `datasets` (needs the network or a warm HF cache).",
+        description="A local file (or directory of files) in the dataset's own column layout "
+        "(parquet, json, jsonl, csv) under data/raw/, the dependency of `prepare` in dvc.yaml, "
+        "so that editing it reruns `prepare`: a path elsewhere is refused, DVC would not see it "
+        "change. null loads the adapter's hub id through `datasets` (needs the network or a "
+        "warm HF cache).",
     )
     split: str | None = Field(None, description="Dataset split; null: the adapter's default.")
     limit: PositiveInt | None = Field(None, description="At most this many problems (first ones).")
+
+    @field_validator("path")
+    @classmethod
+    def _tracked_by_dvc(cls, path: str | None) -> str | None:
+        if path is not None and not under_raw_dir(path):
+            raise ValueError(
+                f"outside {RAW_DIR}/, so DVC would not rerun `prepare` when the file changes: "
+                f"move it under {RAW_DIR}/, which the prepare stage tracks"
+            )
+        return path
 
 
 def _dataset_spec(value: object) -> object:

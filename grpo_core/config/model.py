@@ -60,7 +60,11 @@ class SFTStop(Section):
     questions: PositiveInt = Field(
         128, description="Probe size: train questions of `level` held out of SFT."
     )
-    samples: PositiveInt = 2
+    samples: PositiveInt = Field(
+        2,
+        description="Completions per probe question; a check samples all questions x samples "
+        "sequences in one generate call (256 by default, on the tiny model).",
+    )
     temperature: PositiveFloat = 1.0
     max_new_tokens: PositiveInt = 72
 
@@ -73,7 +77,11 @@ class SFTParams(Section):
         description="Optimizer steps: the length of the cosine schedule, and with `stop` the "
         "most SFT takes before the target is reached.",
     )
-    batch_size: PositiveInt = 32
+    batch_size: PositiveInt = Field(
+        32,
+        description="Unguided examples per optimizer step; the step's one forward and backward "
+        "holds these and the guided_batch_size guided ones.",
+    )
     lr: PositiveFloat = 3e-3
     warmup_steps: Annotated[int, Field(ge=0)] = 20
     level_weights: list[Annotated[float, Field(ge=0)]] = Field(

@@ -14,4 +14,10 @@ class SamplingParams(Section):
     samples: PositiveInt = Field(8, description="Completions per question.")
     temperature: PositiveFloat = Field(1.0, description="Sampling temperature.")
     max_new_tokens: PositiveInt = 72
-    batch_size: PositiveInt = Field(512, description="Sequences per generate call.")
+    batch_size: PositiveInt = Field(
+        512,
+        description="The most sequences in one generate call or scoring forward: whole "
+        "questions share a call while `samples` fits (batch_size // samples of them), and a "
+        "question's samples beyond it are split over calls. It bounds memory, but the calls "
+        "draw from one random stream in turn, so another value draws other samples.",
+    )

@@ -232,7 +232,11 @@ class TrainParams(TrainSelection):
         "importance ratio against the rollout policy's stored log-probs matters.",
     )
     micro_batch_size: PositiveInt = Field(
-        256, description="Sequences per forward/backward; gradients accumulate to the full batch."
+        256,
+        description="Sequences per forward/backward of the loss, and per scoring forward "
+        "(pi_old, OC-GRPO's guided rows); gradients accumulate to the full batch. Not the "
+        "rollouts: a rollout batch (prompts_per_step x group_size sequences, this process's "
+        "share of them) is sampled in one generate call.",
     )
     clip_low: Annotated[float, Field(ge=0, lt=1)] = Field(
         0.2, description="Ratio clip below: 1 - clip_low."

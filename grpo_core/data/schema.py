@@ -43,7 +43,14 @@ def read_problems(path: str | Path) -> pa.Table:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: not found; run the stage that writes it (dvc repro)")
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        reason = " ".join(str(exc).split())
+        raise InputError(
+            f"{path}: not a readable Parquet file ({reason}); restore it (`dvc checkout {path}`) "
+            "or rerun the `prepare` stage (`dvc repro`)"
+        ) from None
     missing = [f.name for f in PROBLEM_SCHEMA if f.name not in table.column_names]
     if missing:
         raise InputError(f"{path}: missing columns {missing}; expected {PROBLEM_SCHEMA.names}")
@@ -52,3 +59,41 @@ def read_problems(path: str | Path) -> pa.Table:
         return table.cast(PROBLEM_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise InputError(f"{path}: columns do not match the problem schema: {exc}") from None
+
+
+def check_selection(
+    split: pa.Table,
+    selected: pa.Table,
+    levels: list[int],
+    domains: list[str] | None,
+    path: str | Path,
+) -> None:
+    """Check `selected`, the problems of the train split `split` (read from `path`) at
+    `train.levels` and `train.domains`: name the param that selects nothing, a domain of
+    `train.domains` with no problems at `train.levels` (even beside others that have some: a
+    run that names a domain means to train on it), listing the domains there are; or
+    `train.levels` without problems. Shared by `profile` and `train`, so the first stage to
+    meet the selection names the right param."""
+    at_levels = select_problems(split, levels)
+    present = sorted(set(at_levels["domain"].to_pylist()))
+    missing = [d for d in domains or [] if d not in present]
+    if missing:
+        elsewhere = {
+            d: sorted(set(split.filter(pc.equal(split["domain"], d))["level"].to_pylist()))
+            for d in missing
+        }
+        found = "; ".join(f"its {d} problems have levels {lv}" for d, lv in elsewhere.items() if lv)
+        names = ", ".join(missing)
+        raise InputError(
+            f"train.domains={domains}: {path} has no {names} problems at "
+            f"train.levels={levels}; the domains there: {present}"
+            + (f" ({found})" if found else "")
+            + f"; drop {names} from train.domains (null: every domain), or add {names} problems "
+            "with data.domains or data.train"
+        )
+    if selected.num_rows == 0:
+        there = sorted(set(split["level"].to_pylist()))
+        raise InputError(
+            f"train.levels={levels}: {path} has no problems at these levels; its "
+            f"levels: {there} (data.levels, and 0 for the real datasets of data.train)"
+        )

@@ -1,14 +1,17 @@
 """The RL loop (`run`: steps of `prompts_per_step` questions, each seeded on its own) and the
 train stage's run around it (`train_policy`): LoRA or the KL reference, the rollout backend,
-resuming a stopped run, a checkpoint and resume state every `train.checkpoint_every` steps, and
-the step metrics logged to metrics/train with dvclive."""
+resuming a stopped run, a checkpoint and resume state every `train.checkpoint_every` steps, the
+step metrics logged to metrics/train with dvclive and watched for a run that cannot learn
+(monitor.py), and a Ctrl-C turned into `Interrupted`, saying where the run stopped."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import logging
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -16,10 +19,12 @@ from dvclive import Live
 from tqdm.auto import tqdm
 
 from grpo_core.config.train import TrainStage
+from grpo_core.errors import Interrupted
 from grpo_core.rollout.vllm import VLLMBackend
 from grpo_core.training.batch import Question, QuestionSampler
 from grpo_core.training.checkpoints import RUN_DIR, checkpoint_dir, load_checkpoint, save_checkpoint
 from grpo_core.training.lora import add_lora
+from grpo_core.training.monitor import RunMonitor, run_summary
 from grpo_core.training.parallel import data_parallel
 from grpo_core.training.resume import TRAIN_INPUTS, load_resume, run_fingerprint, save_resume
 from grpo_core.training.trainer import GRPOTrainer
@@ -65,15 +70,62 @@ def run(
             break
 
 
+@dataclass
+class Progress:
+    """Where a run stands: what an interrupted one says (`stopped`)."""
+
+    steps: int  # train.steps
+    every: int  # train.checkpoint_every
+    done: int = 0  # steps computed
+    saved: int = 0  # steps in the last resume state (with its checkpoint); 0: none
+
+    def stopped(self) -> str:
+        """The message of `Interrupted`: where the run stopped and how to go on."""
+        where = f"train stopped after {self.done} of {self.steps} steps"
+        if not self.saved:
+            return (
+                f"{where}; no checkpoint yet (one every train.checkpoint_every={self.every} "
+                "steps): `dvc repro` starts again from step 0"
+            )
+        return (
+            f"{where}; the last checkpoint is step {self.saved} "
+            f"({checkpoint_dir(RUN_DIR, self.saved)}): `dvc repro` with the same params "
+            "resumes from there"
+        )
+
+
 def train_policy(
     params: TrainStage, policy, tokenizer, questions: list[Question], accelerator=None
-) -> tuple[torch.nn.Module, list[dict]]:
+) -> tuple[torch.nn.Module, list[dict], dict]:
     """Train `policy` (loaded from models/base) as `params` say, resuming a stopped run with
-    the same params and inputs from RUN_DIR; returns it (with LoRA, its adapters unmerged)
-    and the log rows of every step (`rollout_log.ROLLOUT_LOG`).
+    the same params and inputs from RUN_DIR; returns it (with LoRA, its adapters unmerged),
+    the log rows of every step (`rollout_log.ROLLOUT_LOG`) and the run's summary
+    (`monitor.run_summary`: metrics/train.json), whose warnings say when it could not learn.
 
     Every process of a launched run calls it; only the main one writes the checkpoints and the
-    metrics, except under DeepSpeed ZeRO, where each also writes its optimizer shard."""
+    metrics, except under DeepSpeed ZeRO, where each also writes its optimizer shard.
+
+    A KeyboardInterrupt anywhere in it (Ctrl-C) becomes `Interrupted`, whose message names the
+    step it stopped after and the checkpoint a rerun resumes from. Nothing is left
+    half-written: checkpoints and resume states are written under a temporary name and
+    renamed (checkpoints.py, resume.py)."""
+    progress = Progress(params.train.steps, params.train.checkpoint_every)
+    try:
+        return _train_policy(params, policy, tokenizer, questions, accelerator, progress)
+    except KeyboardInterrupt as exc:
+        raise Interrupted(progress.stopped()) from exc
+
+
+def _train_policy(
+    params: TrainStage,
+    policy,
+    tokenizer,
+    questions: list[Question],
+    accelerator,
+    progress: Progress,
+) -> tuple[torch.nn.Module, list[dict], dict]:
+    """`train_policy`, keeping `progress` up to date."""
+    began = time.monotonic()
     cfg = params.train
     process = data_parallel(accelerator)
     reference = None
@@ -91,15 +143,20 @@ def train_policy(
     sampler = QuestionSampler(len(questions), params.run_seed)
     history: list[dict] = []  # step metrics
     log_rows: list[dict] = []
-    start = 0
+    start = resumed_from = 0
     if resume is not None:
-        start = resume["step"]
+        start = resumed_from = resume["step"]
         load_checkpoint(policy, checkpoint_dir(RUN_DIR, start))
         sampler.load_state_dict(resume["sampler"])
         history, log_rows = resume["history"], resume["log_rows"]
+        progress.done = progress.saved = start
         log.info("resuming from step %d of %d (%s)", start, cfg.steps, RUN_DIR)
         if budget_spent(history, cfg.max_rollouts):
             start = cfg.steps  # the stopped run had ended on its rollout budget
+    # A resumed run replays its history: its warnings stand (logged again), streaks continue.
+    monitor = RunMonitor(cfg, emit=process.is_main)
+    for metrics in history:
+        monitor.observe(metrics)
     # Built after the resumed weights are in: preparing broadcasts them from the main process.
     trainer = GRPOTrainer(
         policy,
@@ -116,9 +173,11 @@ def train_policy(
     with step_logger(process.is_main, history) as log_step:
 
         def on_step(step: int, metrics: dict[str, float], rows: list[dict]) -> bool:
-            """Log and checkpoint step `step`; True when it is the run's last."""
+            """Log, watch and checkpoint step `step`; True when it is the run's last."""
+            progress.done = step + 1
             log_step(metrics)
             history.append(metrics)
+            monitor.observe(metrics)
             log_rows.extend({"step": step, **row} for row in rows)
             done = step + 1
             last = done == cfg.steps or budget_spent(history, cfg.max_rollouts)
@@ -131,10 +190,13 @@ def train_policy(
                     save_checkpoint(policy, done)
                 save_resume(fingerprint, done, trainer, sampler, history, log_rows, process.barrier)
                 process.barrier()
+                progress.saved = done
             return last
 
         run(trainer, questions, cfg.steps, params.run_seed, on_step, sampler=sampler, start=start)
-    return policy, log_rows
+    monitor.finish()
+    summary = run_summary(history, monitor.warnings, time.monotonic() - began, resumed_from)
+    return policy, log_rows, summary
 
 
 def budget_spent(history: list[dict[str, float]], max_rollouts: int | None) -> bool:

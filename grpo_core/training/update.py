@@ -228,8 +228,16 @@ class PolicyUpdate:
         """No row in the loss (every group uniform with filter_zero_std or dynamic sampling,
         or every row overlong-filtered): no optimizer step, but the same metric keys, so every
         curve has a point at every step."""
-        ref_logp = self.reference_logprobs(ro.input_ids, ro.attention_mask, ro.prompt_len)
-        if ref_logp is not None:
+        if self.cfg.kl_coef > 0:  # the reference's forwards in micro-batches, as the loss's
+            mbs = self.cfg.micro_batch_size
+            ref_logp = torch.cat(
+                [
+                    self.reference_logprobs(
+                        ro.input_ids[i : i + mbs], ro.attention_mask[i : i + mbs], ro.prompt_len
+                    )
+                    for i in range(0, ro.input_ids.shape[0], mbs)
+                ]
+            )
             kl = self.kl_fn(old_logp, ref_logp)
             metrics["kl"] = float(masked_mean(kl, ro.completion_mask))
         for name in ("low_mean", "high_mean", "region_mean"):

@@ -5,11 +5,14 @@
 and one entry here. `load_benchmark` reads the rows through `datasets`, either from the hub or
 from a local file (parquet, json/jsonl, csv) or a directory of such files, in which case nothing
 touches the network. The local file must have the dataset's real column layout, as on the hub.
+When the hub does not answer, the HF cache alone is read (as with HF_HUB_OFFLINE=1), and a
+dataset that is not there is one line naming it and what to do, not a minute of retries.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -172,10 +175,11 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
     return builders.pop(), [str(p) for p in files]
 
 
-def _load(adapter: Adapter, path: str | Path | None, split: str | None) -> tuple[Any, str]:
+def _load(name: str, path: str | Path | None, split: str | None) -> tuple[Any, str]:
     """The dataset, and how error messages name where it came from."""
     import datasets  # heavy; only the stages that read benchmarks pay for it
 
+    adapter = ADAPTERS[name]
     if path is not None:
         path = Path(path)
         builder, files = _local_files(path)
@@ -191,15 +195,78 @@ def _load(adapter: Adapter, path: str | Path | None, split: str | None) -> tuple
             ds = readers[builder](files)
         except (datasets.exceptions.DatasetGenerationError, ValueError) as exc:
             # DatasetGenerationError says only that generation failed; its cause says why.
-            detail = exc.__cause__ or exc
+            detail = " ".join(str(exc.__cause__ or exc).split())
             raise InputError(f"{path}: cannot be read as {builder}: {detail}") from None
         return ds, str(path)
-    split = split or adapter.split
+    return _load_hub(name, split or adapter.split)
+
+
+def _load_hub(name: str, split: str) -> tuple[Any, str]:
+    """Benchmark `name`'s dataset from the hub, or from the HF cache when the hub is
+    unreachable; one neither gives is an InputError in one line that names it and says what
+    to do."""
+    import datasets
+    from huggingface_hub.errors import HfHubHTTPError
+
+    adapter = ADAPTERS[name]
     configs = adapter.config if isinstance(adapter.config, tuple) else (adapter.config,)
-    parts = [datasets.load_dataset(adapter.hub_id, c, split=split) for c in configs]
-    ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     shown = "+".join(c for c in configs if c)
-    return ds, f"{adapter.hub_id}" + (f" [{shown}]" if shown else "") + f" split {split}"
+    where = f"{adapter.hub_id}" + (f" [{shown}]" if shown else "") + f" split {split}"
+    asked_offline = _offline()  # HF_HUB_OFFLINE / HF_DATASETS_OFFLINE
+    if not asked_offline and not _hub_reachable(adapter.hub_id):
+        _cache_only()
+    try:
+        parts = [datasets.load_dataset(adapter.hub_id, c, split=split) for c in configs]
+    except (ConnectionError, FileNotFoundError, HfHubHTTPError) as exc:
+        # ConnectionError: the hub unreachable (or HF_HUB_OFFLINE) and nothing cached;
+        # FileNotFoundError: datasets' DatasetNotFoundError (no such dataset, gated, private).
+        if isinstance(exc, ConnectionError):
+            why = "HF_HUB_OFFLINE is set" if asked_offline else "the hub is unreachable"
+            reason = f"it is not in the HF cache and {why}"
+        else:
+            reason = " ".join(str(exc).split())
+        raise InputError(
+            f"benchmark {name!r} ({where}): cannot load it from the hub: {reason}; give it a "
+            "`path:` to a local file in the dataset's layout under data/raw/ ({name: "
+            f"{name}, path: data/raw/{name}.parquet}}), or fill the HF cache where the hub is "
+            "reachable, which HF_HUB_OFFLINE=1 then reads without asking the hub"
+        ) from None
+    ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    return ds, where
+
+
+def _offline() -> bool:
+    import datasets
+
+    return bool(datasets.config.HF_HUB_OFFLINE)
+
+
+def _hub_reachable(hub_id: str) -> bool:
+    """Whether one request to the hub gets an answer (any answer: a missing or gated dataset
+    is for `datasets` to report). Without one, `datasets` would retry each of its requests
+    with backoff for about 25 s before failing or falling back to the cache."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils import httpx
+
+    try:
+        HfApi().dataset_info(hub_id, timeout=10)
+    except (httpx.TransportError, ConnectionError):
+        return False
+    except HfHubHTTPError:
+        pass
+    return True
+
+
+def _cache_only() -> None:
+    """Read the HF cache alone, as HF_HUB_OFFLINE=1 at start-up would: both libraries read the
+    variable once, at import, into these constants."""
+    import datasets
+    from huggingface_hub import constants
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants.HF_HUB_OFFLINE = True
+    datasets.config.HF_HUB_OFFLINE = True
 
 
 def load_benchmark(
@@ -220,7 +287,7 @@ def load_benchmark(
     adapter = get_adapter(name)
     if limit is not None and limit < 1:
         raise InputError(f"{name}: limit must be a positive integer, got {limit}")
-    ds, where = _load(adapter, path, split)
+    ds, where = _load(name, path, split)
     columns = set(ds.column_names)
     for accepted in adapter.columns:
         if not columns & set(accepted):
