@@ -150,14 +150,14 @@ def column(table_csv: str, name: str) -> list[float]:
 
 def keep_cell(ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict) -> dict:
     """Write what a trained and scored cell keeps into the folder `out` (atomically) and
-    return its summary: per-question accuracies, the step metrics, the dynamics CSVs, the
-    resolved train params and last-step metrics."""
+    return its summary: per-question accuracies, the step metrics, the dynamics tables
+    (`KEPT_DYNAMICS`), the resolved train params and last-step metrics."""
     steps_csv = step_table(ws / STEP_METRICS)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         write_parquet(table, tmp / "questions.parquet")
         (tmp / "train.csv").write_text(steps_csv)
-        shutil.copytree(ws / "metrics/dynamics", tmp / "dynamics", ignore=_not_csv)
+        shutil.copytree(ws / "metrics/dynamics", tmp / "dynamics", ignore=_not_kept)
         run = {
             "resolved": json.loads((ws / "models/policy/grpo_lab.json").read_text()),
             "last_step": json.loads((ws / "metrics/train/metrics.json").read_text()),
@@ -174,8 +174,13 @@ def keep_cell(ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict) -
     }
 
 
-def _not_csv(folder: str, names: list[str]) -> list[str]:
-    return [n for n in names if not n.endswith(".csv")]
+# The dynamics tables a cell keeps: the wide per-step ones the report reads
+# (grpo_core/studies/figures.py), not the long copies made for DVC plots.
+KEPT_DYNAMICS = ("confidence.csv", "advantage.csv", "convergence.csv", "update_weights.csv")
+
+
+def _not_kept(folder: str, names: list[str]) -> list[str]:
+    return [n for n in names if n not in KEPT_DYNAMICS]
 
 
 def progress_line(study_dir: Path, study: Study, key: str) -> str:
