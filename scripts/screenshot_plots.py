@@ -37,10 +37,19 @@ def _literal(plot_id: str) -> str:
 
 
 def declared_plots() -> list[str]:
-    """The ids of the Vega-Lite plots dvc.yaml declares at its top level (not the PNG figures,
-    which are on docs/dynamics.md)."""
-    plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
-    return [next(iter(p)) for p in plots if isinstance(p, dict) and "y" in next(iter(p.values()))]
+    """The ids of the Vega-Lite plots dvc.yaml declares, on stage outputs (the file's path)
+    then at its top level (not the PNG figures, which are on docs/dynamics.md)."""
+    doc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    on_stages = [
+        next(iter(p))
+        for stage in doc["stages"].values()
+        for p in stage.get("plots", [])
+        if isinstance(p, dict) and "y" in next(iter(p.values()))
+    ]
+    top = [
+        next(iter(p)) for p in doc["plots"] if isinstance(p, dict) and "y" in next(iter(p.values()))
+    ]
+    return on_stages + top
 
 
 def plots_page(out_dir: Path) -> Path:

@@ -34,14 +34,13 @@ def evaluate(params: EvaluateStage) -> None:
     levels = sorted({p["level"] for p in problems})
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["source", "level", *MODELS])
+    writer.writerow(["source", "level", "series", "accuracy"])  # long: series = the model
     for source in sorted(set(metrics["base"]) - {"by_domain"}):
-        for level in levels:
-            key = f"level{level}"
-            if key in metrics["base"][source]:
-                writer.writerow(
-                    [source, level, *(round(metrics[m][source][key], 4) for m in MODELS)]
-                )
+        for m in MODELS:
+            for level in levels:
+                key = f"level{level}"
+                if key in metrics[m][source]:
+                    writer.writerow([source, level, m, round(metrics[m][source][key], 4)])
     with atomic_path("metrics/eval_by_level.csv") as tmp:
         tmp.write_text(buf.getvalue())
     write_json(metrics, "metrics/eval.json")

@@ -243,3 +243,20 @@ def test_ctrl_c_names_the_last_checkpoint_and_the_rerun_resumes_from_it(never_en
     _, _, unbroken = train_policy(_params(5), copy.deepcopy(base), tokenizer, questions)
     assert resumed["warnings"] == unbroken["warnings"]
     assert [w[:10] for w in resumed["warnings"]] == ["steps 0-2:", "steps 0-4:"]
+
+
+def test_curves_csv_has_one_row_per_step_and_an_empty_cell_for_an_unlogged_metric():
+    """metrics/train_curves.csv, by hand: step, then the CURVES columns in order; a step that
+    logged no grad_norm (nothing to learn) leaves its cell empty."""
+    from grpo_core.training.monitor import CURVES, curves_csv
+
+    full = {name: 1.0 for name in CURVES} | {"reward": 0.25, "num_rollouts": 512}
+    missing = {k: v for k, v in full.items() if k != "grad_norm"} | {"reward": 0.5}
+    lines = curves_csv([full, missing]).splitlines()
+    assert lines[0].split(",") == ["step", *CURVES.values()]
+    first, second = (
+        dict(zip(lines[0].split(","), row.split(","), strict=True)) for row in lines[1:]
+    )
+    assert first["step"] == "0" and first["reward"] == "0.25" and first["num_rollouts"] == "512.0"
+    assert second["step"] == "1" and second["reward"] == "0.5" and second["grad_norm"] == ""
+    assert first["clip_low"] == "1.0" and len(lines) == 3

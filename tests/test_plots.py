@@ -21,7 +21,8 @@ from grpo_core.analysis.tensor_dynamics import tensor_dynamics, update_by_module
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".svg")
-# The dvclive folder the train stage writes; DVC used to plot every file in it on its own.
+# The dvclive folder the train stage writes (a cached output now); DVC used to plot every file
+# in it on its own.
 DVCLIVE_PLOTS = "metrics/train/plots/metrics/"
 
 
@@ -38,10 +39,19 @@ def _dvc(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 def declared() -> dict[str, dict]:
-    """dvc.yaml's top-level plots: {id: properties}; an image's properties are empty."""
-    plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
+    """Every plot dvc.yaml declares, {id: properties}: on a stage's output (id: the file, whose
+    one y column is normalised to `y: {file: column}`) and in the top-level `plots:` section;
+    an image's properties are empty."""
+    doc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     out = {}
-    for entry in plots:
+    for stage in doc["stages"].values():
+        for entry in stage.get("plots", []):
+            path, props = (entry, {}) if isinstance(entry, str) else next(iter(entry.items()))
+            props = {k: v for k, v in (props or {}).items() if k != "cache"}
+            if "y" in props:
+                props["y"] = {path: props["y"]}
+            out[path] = props
+    for entry in doc["plots"]:
         plot_id, props = (entry, {}) if isinstance(entry, str) else next(iter(entry.items()))
         out[plot_id] = props or {}
     return out
@@ -110,18 +120,20 @@ def test_plotted_files_are_in_git_not_in_the_dvc_cache():
 
 
 def test_no_plot_is_drawn_twice(shown):
-    """Only the declared plots render: no dvclive file plotted on its own, no stage-level plot
-    repeating a declared one (but the pending ones, listed above with their owner)."""
+    """Only the declared plots render (no dvclive file plotted on its own), and no column is
+    drawn twice: a stage-level plot (an uncached output must be a plot for DVC's run cache)
+    and the top-level ones split a file's columns between them."""
     rendered = set(shown["data"])
     assert not [p for p in rendered if p.startswith(DVCLIVE_PLOTS)]
-    assert rendered - set(declared()) == set()
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    stage_plots = {
-        next(iter(p)) if isinstance(p, dict) else p
-        for stage in stages.values()
-        for p in stage.get("plots", [])
-    }
-    assert stage_plots == set()
+    assert rendered == set(declared())
+    # No two plots draw the same column of the same file.
+    drawn = [
+        (f, c)
+        for props in declared().values()
+        for f, cols in props.get("y", {}).items()
+        for c in (cols if isinstance(cols, list) else [cols])
+    ]
+    assert len(drawn) == len(set(drawn)), sorted(d for d in drawn if drawn.count(d) > 1)
 
 
 def test_multi_series_plots_get_one_colour_per_series(shown):
@@ -152,7 +164,7 @@ def test_plots_page_loads_nothing_from_the_network(tmp_path):
     Vega-Lite and vega-embed inlined, at the versions scripts/vendor_vega.py pins, and no
     <script src=...>, so the page draws offline."""
     out = tmp_path / "plots"
-    _dvc("plots", "show", "-o", str(out), "SFT loss", "hierarchical convergence")
+    _dvc("plots", "show", "-o", str(out), "metrics/sft/loss.csv", "hierarchical convergence")
     page = (out / "index.html").read_text()
     assert "<script src" not in page.replace(" ", "") and "cdn.jsdelivr" not in page
     assert page.count("vegaEmbed('#") == 2

@@ -171,3 +171,37 @@ def run_summary(
         "num_warnings": len(warnings),
         "warnings": list(warnings),
     }
+
+
+# The training curves the DVC plots draw (dvc.yaml), one column each: the step metric's name
+# (TRL's, as dvclive logs it under metrics/train/) -> the column.
+CURVES = {
+    "reward": "reward",
+    "reward_std": "reward_std",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "entropy": "entropy",
+    "completions/min_length": "min_length",
+    "completions/mean_length": "mean_length",
+    "completions/max_length": "max_length",
+    "completions/clipped_ratio": "clipped_ratio",
+    "clip_ratio/low_mean": "clip_low",
+    "clip_ratio/high_mean": "clip_high",
+    "clip_ratio/region_mean": "clip_region",
+    "grad_norm": "grad_norm",
+    "num_rollouts": "num_rollouts",
+}
+
+
+def curves_csv(history: list[dict[str, float]]) -> str:
+    """metrics/train_curves.csv: one row per step (`step`, then the `CURVES` columns; a metric
+    a step did not log is empty). One small git-tracked file the plots read, so that the full
+    dvclive log (metrics/train/) can be a cached output, which keeps the stage in DVC's run
+    cache (DVC saves no run-cache entry for a stage with an uncached output that is neither a
+    metric nor a plot)."""
+    lines = [",".join(["step", *CURVES.values()])]
+    for step, metrics in enumerate(history):
+        cells = [str(step)] + [
+            "" if metrics.get(k) is None else repr(float(metrics[k])) for k in CURVES
+        ]
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n"

@@ -20,19 +20,22 @@ from tqdm.auto import tqdm
 
 from grpo_core.config.train import TrainStage
 from grpo_core.errors import Interrupted
+from grpo_core.io import atomic_path
 from grpo_core.rollout.vllm import VLLMBackend
 from grpo_core.training.batch import Question, QuestionSampler
 from grpo_core.training.checkpoints import RUN_DIR, checkpoint_dir, load_checkpoint, save_checkpoint
 from grpo_core.training.lora import add_lora
-from grpo_core.training.monitor import RunMonitor, run_summary
+from grpo_core.training.monitor import RunMonitor, curves_csv, run_summary
 from grpo_core.training.parallel import data_parallel
 from grpo_core.training.resume import TRAIN_INPUTS, load_resume, run_fingerprint, save_resume
 from grpo_core.training.trainer import GRPOTrainer
 
 log = logging.getLogger(__name__)
 
-# Step metrics go here (declared as metrics and plots in dvc.yaml).
+# Step metrics go here (dvclive; a cached output in dvc.yaml), and the curves the plots draw
+# to CURVES (git-tracked, plotted in dvc.yaml).
 METRICS_DIR = "metrics/train"
+CURVES = "metrics/train_curves.csv"
 BASE_MODEL = "models/base"
 
 
@@ -195,6 +198,9 @@ def _train_policy(
 
         run(trainer, questions, cfg.steps, params.run_seed, on_step, sampler=sampler, start=start)
     monitor.finish()
+    if process.is_main:
+        with atomic_path(CURVES) as tmp:
+            tmp.write_text(curves_csv(history))
     summary = run_summary(history, monitor.warnings, time.monotonic() - began, resumed_from)
     return policy, log_rows, summary
 
