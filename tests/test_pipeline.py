@@ -493,7 +493,10 @@ def test_a_key_no_stage_reads_is_checked_before_any_stage_runs(repo):
     params["eval"]["temperature"] = 0.9
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     done = sh(repo, "dvc", "repro")
-    assert "Running stage 'validate'" in done.stdout and ran(done) == ["evaluate"]
+    # `validate` ran and wrote the same bytes: nothing upstream of evaluate reruns (evaluate
+    # itself may come back from the run cache, dynamics reruns for its uncached figures).
+    assert "Running stage 'validate'" in done.stdout
+    assert set(ran(done)) <= {"evaluate", "dynamics"}
     assert (repo / "data/params.ok").read_text() == STAMP
     sh(repo, "git", "checkout", "params.yaml")
     sh(repo, "dvc", "checkout", "--force")
