@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 EVAL = "metrics/eval.json"
 TRAIN = "metrics/train.json"
 PARAMS = "params.yaml"
+STUDIES = "studies/"  # studies/<name>/study.yaml: params of a study, not of the experiments
 WIDTH = 120
 MISSING = "—"
 Z95 = 1.959964  # two-sided 95% normal quantile
@@ -75,6 +76,8 @@ def _record(state: dict, kind: str, parent: str | None, run_state: str | None) -
     data = state.get("data") or {}
     params: dict[str, object] = {}
     for path, entry in (data.get("params") or {}).items():
+        if path.startswith(STUDIES):  # a study's own params file (its dvc.yaml's vars)
+            continue
         values = (entry or {}).get("data") or {}
         params.update(flatten(values, "" if path == PARAMS else f"{path}:"))
     metrics = data.get("metrics") or {}

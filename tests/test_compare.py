@@ -202,7 +202,11 @@ def test_records_read_dvc_exp_show_json():
             "name": name,
             "data": {
                 "timestamp": "2025-01-01T00:00:00" if rev != "workspace" else None,
-                "params": {"params.yaml": {"data": {"algo": algo, "train": {"lr": 7e-05}}}},
+                "params": {
+                    "params.yaml": {"data": {"algo": algo, "train": {"lr": 7e-05}}},
+                    # a study's file, edited in the workspace: not a param of the experiments
+                    "studies/format/study.yaml": {"data": {"seeds": [rev[:1]]}},
+                },
                 "metrics": metrics,
             },
             "error": None,

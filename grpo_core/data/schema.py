@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from grpo_core.errors import InputError
+from grpo_core.io import read_stage_output
 
 PROBLEM_SCHEMA = pa.schema(
     [
@@ -39,22 +39,9 @@ def select_problems(
 
 
 def read_problems(path: str | Path) -> pa.Table:
-    """Read a problems Parquet file; a missing column or a wrong type names the file."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: not found; run the stage that writes it (dvc repro)")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        reason = " ".join(str(exc).split())
-        raise InputError(
-            f"{path}: not a readable Parquet file ({reason}); restore it (`dvc checkout {path}`) "
-            "or rerun the `prepare` stage (`dvc repro`)"
-        ) from None
-    missing = [f.name for f in PROBLEM_SCHEMA if f.name not in table.column_names]
-    if missing:
-        raise InputError(f"{path}: missing columns {missing}; expected {PROBLEM_SCHEMA.names}")
-    table = table.select(PROBLEM_SCHEMA.names)
+    """Read a problems Parquet file (written by `prepare`): missing, unreadable, short of a
+    column or of a wrong type, it is an InputError naming the file."""
+    table = read_stage_output(str(path), PROBLEM_SCHEMA.names, "prepare")
     try:
         return table.cast(PROBLEM_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
