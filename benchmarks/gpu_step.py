@@ -15,11 +15,11 @@ mismatch. The first step's rollouts are checked against the backend contract
 (`grpo_core.rollout.backends.check_rollouts`).
 
 Without `--model` the tiny-world model (random weights) is built in a temporary folder.
-`--make-model DIR` builds, with no download, a model of the shapes of a Qwen2.5 size (the table
-in `benchmarks.memory_table`) with random weights, as a Llama with q/k/v/o biases (transformers
-would load a Qwen2 directory's tokenizer as Qwen2Tokenizer), and a character tokenizer whose
-vocabulary is filled to the model's with further characters; `--layers` keeps fewer layers (a
-smoke test).
+`--make-model DIR` builds, with no download, a Qwen3 model of the shapes of a published size
+(`--size`, `grpo_core.models.qwen3.SIZES`) with random weights and Qwen3's real tokenizer and
+chat template (`grpo_core.models.qwen3.build_qwen3`, the builder the test suite uses);
+`--layers` keeps fewer layers (a smoke test). Prompts go through the model's chat template when
+its tokenizer has one (`chat` in the report).
 
 Printed: one line per step, then one JSON line: median ms_per_step and per phase (generate,
 score, update, sync), rollout and generation tokens/s, `max_memory_allocated_gb`
@@ -41,47 +41,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local files only
 
 
-def make_model(path: Path, size: str = "0.5B", layers: int | None = None, seed: int = 0) -> Path:
-    """A random-weight model of the shapes of Qwen2.5-`size`, and a character tokenizer with
-    as many tokens as the model's vocabulary, saved in `path` (bf16)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+def make_model(path: Path, size: str = "0.6B", layers: int | None = None, seed: int = 0) -> Path:
+    """A random-weight Qwen3 model of `size` with Qwen3's tokenizer, saved in `path` (bf16)."""
+    from grpo_core.models.qwen3 import build_qwen3
 
-    from benchmarks.memory_table import QWEN25
-    from grpo_core.data.tiny import arith
-    from grpo_core.models.tiny import build_char_tokenizer
-
-    arch = QWEN25[size]
-    base = set(arith.prompt(47, 38) + arith.solution(47, 38) + "0123456789+=?:QA \n\\boxed{}")
-    filler, code = [], 0x4E00  # CJK and on: printable single characters
-    while len(base) + len(filler) + 3 < arch.vocab:  # + pad, eos, unk
-        if not 0xD800 <= code <= 0xDFFF and chr(code) not in base:
-            filler.append(chr(code))
-        code += 1
-    tokenizer = build_char_tokenizer(["".join(sorted(base)), "".join(filler)])
-    assert len(tokenizer) == arch.vocab, (len(tokenizer), arch.vocab)
-    config = LlamaConfig(
-        vocab_size=arch.vocab,
-        hidden_size=arch.hidden,
-        intermediate_size=arch.intermediate,
-        num_hidden_layers=layers or arch.layers,
-        num_attention_heads=arch.heads,
-        num_key_value_heads=arch.kv_heads,
-        max_position_embeddings=4096,
-        rope_theta=1_000_000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=arch.tied,
-        attention_bias=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return build_qwen3(path, size, layers=layers, seed=seed)
 
 
 def _peak_rss_gb() -> float:
@@ -97,6 +61,7 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict:
     from benchmarks.step_time import agreement, bench_problems
     from grpo_core.algorithms.advantages import grpo_advantage
     from grpo_core.algorithms.losses import agg_loss, clipped_surrogate, masked_mean
+    from grpo_core.data.prompts import render_prompt
     from grpo_core.rollout.backends import HFBackend, check_rollouts, truncated_is_weights
     from grpo_core.rollout.scoring import score_rollouts, token_logprobs
     from grpo_core.rollout.vllm import VLLMBackend
@@ -111,6 +76,7 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict:
         args.dtype or ("bf16" if cuda else "fp32")
     ]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    chat = bool(getattr(tokenizer, "chat_template", None))
     backend = None
     if args.backend == "vllm":  # before the policy: vLLM sizes its share from free memory
         backend = VLLMBackend(
@@ -142,7 +108,7 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict:
 
     for step in range(args.warmup + args.steps):
         batch = problems[step * args.prompts : (step + 1) * args.prompts]
-        prompts = [r["prompt"] for r in batch]
+        prompts = [render_prompt(tokenizer, r["prompt"], chat) for r in batch]
         torch.manual_seed(args.seed * 100_003 + step)
         model.eval()
         t0 = now()
@@ -221,6 +187,8 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict:
         "device": str(device) + (f" ({torch.cuda.get_device_name(device)})" if cuda else ""),
         "model": str(args.model or "tiny-world (random weights)"),
         "params": n_params,
+        "vocab": len(tokenizer),
+        "chat": chat,
         "dtype": str(dtype).removeprefix("torch."),
         "prompts": args.prompts,
         "group": args.group,
@@ -267,7 +235,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--vllm-util", type=float, default=0.3, help="vLLM gpu_memory_utilization")
     ap.add_argument("--max-model-len", type=int, default=1024, help="vLLM max_model_len")
     ap.add_argument("--make-model", type=Path, metavar="DIR", help="build a random model, exit")
-    ap.add_argument("--size", default="0.5B", help="with --make-model: 0.5B | 1.5B | 3B | 7B")
+    ap.add_argument("--size", default="0.6B", help="with --make-model: 0.6B | 1.7B | 4B | 8B")
     ap.add_argument("--layers", type=int, help="with --make-model: keep this many layers")
     return ap.parse_args(argv)
 

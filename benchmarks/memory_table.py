@@ -26,10 +26,12 @@ and A LoRA adapter parameters:
     + 34 b s h             (one block's recomputed activations, bf16: Korthikanti et al., 2022,
                             "Reducing Activation Recomputation in Large Transformer Models",
                             eq. 1 without its 5 a s / h attention-score term)
-    + 10 b T V             (LM head over the completion tokens only: bf16 logits (2), their fp32
-                            copy (4) and the fp32 log-softmax (4) per entry;
-                            grpo_core.rollout.scoring
-                            computes the head on completion positions only)
+    + 10 min(b T, c) V     (LM head over the completion tokens only, in pieces of c tokens:
+                            bf16 logits (2), their fp32 copy (4) and the fp32 log-softmax (4)
+                            per entry. grpo_core.rollout.scoring computes the head on
+                            completion positions only, and c = LOGIT_CHUNK_BYTES / 4 V at a
+                            time when b T V fp32 logits would be larger: 441 tokens at
+                            Qwen's V = 151,936, benchmarks/logprob_memory.py)
   an estimate: a SwiGLU block with intermediate size 5.4 h keeps more than the 34 b s h of a
   GPT block with a 4 h MLP, and the allocator's fragmentation, the CUDA context (about 0.5-1 GB)
   and NCCL buffers are not counted.
@@ -45,6 +47,8 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict, dataclass
+
+from grpo_core.rollout.scoring import LOGIT_CHUNK_BYTES
 
 GB = 1e9
 A100_80GB = 80 * 2**30 / GB  # 85.9 GB
@@ -129,11 +133,21 @@ def state_bytes(
     return {"weights": weights, "grads": grads, "optimizer": optim, "reference": ref}
 
 
-def activation_bytes(arch: Arch, micro_batch: int, seq_len: int, completion_len: int) -> float:
+def activation_bytes(
+    arch: Arch,
+    micro_batch: int,
+    seq_len: int,
+    completion_len: int,
+    chunk_bytes: int = LOGIT_CHUNK_BYTES,
+) -> float:
     """The estimate of the module docstring: checkpointed block inputs, one block recomputed,
-    the LM head over the completion."""
+    the LM head over the completion (in pieces of `chunk_bytes` of fp32 logits, as
+    grpo_core.rollout.scoring.token_logprobs)."""
     b, s, h = micro_batch, seq_len, arch.hidden
-    return 2 * arch.layers * b * s * h + 34 * b * s * h + 10 * b * completion_len * arch.vocab
+    tokens = b * completion_len
+    if 4 * tokens * arch.vocab > chunk_bytes:
+        tokens = max(1, chunk_bytes // (4 * arch.vocab))
+    return 2 * arch.layers * b * s * h + 34 * b * s * h + 10 * tokens * arch.vocab
 
 
 def table(

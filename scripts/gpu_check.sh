@@ -4,12 +4,17 @@
 #   scripts/gpu_check.sh [MODEL_DIR]            # or MODEL_DIR=... scripts/gpu_check.sh
 #   scripts/gpu_check.sh --device cpu           # smoke test of the same steps on CPU, small
 #
-#   0. the backend contract tests (CPU, a few seconds);
+#   0. the backend contract tests and the real-tokenizer tests (CPU, seconds): Qwen3's tokenizer
+#      and chat template, generation ending at <|im_end|>, log-probs under padding, chunked
+#      LM head = whole (tests/test_real_model.py, the pipeline test left out);
 #   a. GRPO steps of the tiny-world model on the GPU (HF backend);
-#   b. GRPO steps of a 0.5B-1.5B model on the GPU with the HF backend: 8 prompts x 8
-#      completions x 64 tokens, 3 timed steps (benchmarks/gpu_step.py). MODEL_DIR is a local
-#      Hugging Face model directory; without one, a model of Qwen2.5-0.5B's shapes with random
-#      weights is built locally (no download);
+#   b. GRPO steps of a 0.6B model on the GPU with the HF backend: 8 prompts (through the chat
+#      template) x 8 completions x 64 tokens, 3 timed steps (benchmarks/gpu_step.py). MODEL_DIR
+#      is a local Hugging Face model directory; without one, a Qwen3-0.6B-shaped model with
+#      random weights and Qwen3's real tokenizer is built locally (grpo_core/models/qwen3.py,
+#      the builder the tests use; no download);
+#   b2. peak GPU memory of one micro-batch's log-probs (16 x 1,024 tokens, V = 151,936),
+#      the LM head whole against in chunks (benchmarks/logprob_memory.py);
 #   c. the same with the vLLM backend (colocated engine) when `import vllm` works, else skipped.
 #
 # Each step prints its step times and ends with a JSON line; a summary table follows
@@ -24,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --device) DEVICE=$2; shift 2 ;;
         --device=*) DEVICE=${1#*=}; shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) MODEL_DIR=$1; shift ;;
     esac
 done
@@ -71,20 +76,30 @@ except ImportError:
 EOF
 
 banner "0. backend contract tests (CPU)"
-timeout "$STEP_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/test_backends.py
+timeout "$STEP_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/test_backends.py \
+    tests/test_real_model.py -m "not pipeline"
 
 banner "a. tiny-world model, HF backend, $DEVICE"
 bench tiny_hf --device "$DEVICE" --backend hf "${TINY[@]}"
 
-banner "b. 0.5B-1.5B model, HF backend, $DEVICE"
+banner "b. Qwen3-0.6B-shaped model (real tokenizer), HF backend, $DEVICE"
 if [[ -z $MODEL_DIR ]]; then
-    MODEL_DIR=$OUT_DIR/qwen2.5-0.5b-shaped-random
+    MODEL_DIR=$OUT_DIR/qwen3-0.6b-shaped-random
     if [[ ! -f $MODEL_DIR/config.json ]]; then
-        "$PY" -m benchmarks.gpu_step --make-model "$MODEL_DIR" --size 0.5B "${MAKE[@]}"
+        "$PY" -m benchmarks.gpu_step --make-model "$MODEL_DIR" --size 0.6B "${MAKE[@]}"
     fi
 fi
 [[ -f $MODEL_DIR/config.json ]] || { echo "error: no config.json in $MODEL_DIR" >&2; exit 2; }
 bench model_hf --model "$MODEL_DIR" --device "$DEVICE" --backend hf "${BIG[@]}"
+
+banner "b2. log-prob memory of one micro-batch, V = 151,936, $DEVICE"
+if [[ $DEVICE == cuda ]]; then
+    timeout "$STEP_TIMEOUT" "$PY" -m benchmarks.logprob_memory --device cuda --dtype bf16 \
+        --hidden 1024 --max-gb 60 | tee "$OUT_DIR/logprob_memory.log"
+else
+    timeout "$STEP_TIMEOUT" "$PY" -m benchmarks.logprob_memory --rows 2 --lengths 64 --chunk-bytes 4000000 \
+        | tee "$OUT_DIR/logprob_memory.log"
+fi
 
 banner "c. same model, vLLM backend, $DEVICE"
 if [[ $DEVICE != cuda ]]; then

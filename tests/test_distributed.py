@@ -38,6 +38,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from grpo_core.rollout.scoring import LOGIT_CHUNK_BYTES as DEFAULT_CHUNK
+
 ROOT = Path(__file__).resolve().parents[1]
 LOSS_ATOL, WEIGHT_ATOL = 1e-6, 3e-5
 STEPS = 3
@@ -53,13 +55,21 @@ SCENARIOS = {
     "oc_grpo": ("grpo", {"oc_grpo": {"mode": "adaptive"}}, ["7", "", DIGITS, "7"]),
     # One informative group: the second process trains no row (a zero-weight synced pass).
     "one_group": ("grpo", {}, [DIGITS, "", "", ""]),
+    # The LM head in pieces of 5 tokens under activation checkpointing (what a real
+    # vocabulary gets, `grpo_core.rollout.scoring.head_logprobs`), outside DDP's forward.
+    "chunked_head": ("grpo", {}, [DIGITS] * 4),
 }
+CHUNKED_TOKENS = 5
 # launch -> (accelerate config, the distributed type its processes must report, scenarios).
 # ZeRO-2 reduces gradients at every backward, so uneven shares (dapo's refills, one_group's
 # idle process) are where it could deadlock or miscount.
 LAUNCHES = {
     "ddp": ("ddp_cpu2.yaml", "MULTI_CPU", list(SCENARIOS)),  # accelerate: DDP on the CPU
-    "zero2": ("zero2_cpu2.yaml", "DEEPSPEED", ["grpo", "dapo", "codapo", "one_group"]),
+    "zero2": (
+        "zero2_cpu2.yaml",
+        "DEEPSPEED",
+        ["grpo", "dapo", "codapo", "one_group", "chunked_head"],
+    ),
 }
 CASES = [(launch, name) for launch, (_, _, names) in LAUNCHES.items() for name in names]
 # Resume: this scenario (CoDaPO: a resampling queue and the sampler in the trainer state),
@@ -82,6 +92,11 @@ def _setup(name: str):
     algo, overrides, answers = SCENARIOS[name]
     texts = [arith.prompt(47, 38), arith.solution(47, 38), "0123456789+=?:QA \n\\boxed{}"]
     tokenizer = build_char_tokenizer(texts)
+    from grpo_core.rollout import scoring
+
+    scoring.LOGIT_CHUNK_BYTES = (  # the default again for every other scenario
+        4 * len(tokenizer) * CHUNKED_TOKENS if name == "chunked_head" else DEFAULT_CHUNK
+    )
     params = TinyModelParams(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
     model = build_tiny_model(tokenizer, params, seed=0)
     train = {

@@ -45,6 +45,9 @@ def test_activation_formula_by_hand():
     arch = Arch("toy", hidden=4, intermediate=8, layers=3, heads=2, kv_heads=1, vocab=10, tied=True)
     b, s, t = 2, 5, 3
     assert activation_bytes(arch, b, s, t) == 2 * 3 * b * s * 4 + 34 * b * s * 4 + 10 * b * t * 10
+    # fp32 logits of 6 tokens x 10 = 240 bytes: over 100, the head runs 100 // 40 = 2 at a time
+    chunked = activation_bytes(arch, b, s, t, chunk_bytes=100)
+    assert chunked == 2 * 3 * b * s * 4 + 34 * b * s * 4 + 10 * 2 * 10
 
 
 def test_table_covers_every_size_and_mode_and_prints(capsys):

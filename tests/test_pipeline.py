@@ -102,8 +102,13 @@ def ran(done: subprocess.CompletedProcess) -> list[str]:
     return [s for s in STAGES if f"Running stage '{s}'" in text]
 
 
-def make_repo(repo: Path) -> Path:
-    """A git repo in the empty folder `repo` holding this one's pipeline on the SMALL params."""
+def make_repo(
+    repo: Path,
+    params: dict | None = None,
+    raw: tuple[str, ...] = ("math500_test.jsonl", "openai_humaneval_test.parquet"),
+) -> Path:
+    """A git repo in the empty folder `repo` holding this one's pipeline on `params` (default:
+    params.yaml with the SMALL overrides), with the fixture benchmarks `raw` in data/raw."""
     for name in ("grpo_core", "stages", "configs", ".dvc"):
         shutil.copytree(
             ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache")
@@ -112,9 +117,10 @@ def make_repo(repo: Path) -> Path:
         if (ROOT / name).exists():
             shutil.copy(ROOT / name, repo / name)
     shutil.copytree(ROOT / "data/raw", repo / "data/raw")
-    for name in ("math500_test.jsonl", "openai_humaneval_test.parquet"):
+    for name in raw:
         shutil.copy(ROOT / "tests/fixtures/benchmarks" / name, repo / "data/raw")
-    params = _merge(yaml.safe_load((ROOT / "params.yaml").read_text()), SMALL)
+    if params is None:
+        params = _merge(yaml.safe_load((ROOT / "params.yaml").read_text()), SMALL)
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     sh(repo, "git", "init", "-q")
     sh(repo, "git", "add", "-A")

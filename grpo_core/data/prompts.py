@@ -22,11 +22,15 @@ prompts ("Q: 47+38=?\\nA: ") get a hint line instead: "Q: 47+38=?\\nH: 7+8=15\\n
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from grpo_core.errors import InputError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -265,4 +269,14 @@ def render_prompts(
     """Problem rows whose `prompt` is what the model is given (`render_prompt`)."""
     if not chat:
         return problems
-    return [{**p, "prompt": render_prompt(tokenizer, p["prompt"], chat)} for p in problems]
+    rendered = [{**p, "prompt": render_prompt(tokenizer, p["prompt"], chat)} for p in problems]
+    log_rendered([p["prompt"] for p in rendered])
+    return rendered
+
+
+def log_rendered(prompts: Sequence[str]) -> None:
+    """Show the first prompt as the model is given it (chat template applied), once per
+    stage: the quickest check that an instruct model is prompted as it was trained."""
+    if prompts:
+        shown = json.dumps(prompts[0], ensure_ascii=False)  # one line, quoted and escaped
+        log.info("chat template: the first prompt as the model is given it: %s", shown)

@@ -5,6 +5,7 @@ group's G rows) computed once, the prompt's KV cache then copied to every row of
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 
@@ -28,9 +29,17 @@ def _forward_params(cls: type) -> frozenset[str]:
     return frozenset(inspect.signature(cls.forward).parameters)
 
 
-def forward(model, ids, attn, pos, cache=None, logits_to_keep: int = 0) -> torch.Tensor:
+def forward(
+    model, ids, attn, pos, cache=None, logits_to_keep: int = 0, hidden: bool = False
+) -> torch.Tensor:
     """`model`'s logits; with `cache`, the KV cache is read and extended. `logits_to_keep` > 0
-    computes the LM head on the last that many positions only, where the model supports it."""
+    computes the LM head on the last that many positions only, where the model supports it.
+
+    `hidden`: the LM head's input at those positions (the final hidden states, (B, T, H))
+    instead of its output, the head given no position to compute: the caller applies it
+    (`unwrap(model).get_output_embeddings()`) in pieces of its choosing. The model is still
+    called through its wrappers (DDP's forward, DeepSpeed's hooks), with gradients flowing
+    through the returned states."""
     params = _forward_params(type(unwrap(model)))
     kwargs = {}
     if cache is None:
@@ -40,8 +49,35 @@ def forward(model, ids, attn, pos, cache=None, logits_to_keep: int = 0) -> torch
         kwargs["cache" if "cache" in params else "past_key_values"] = cache
     if logits_to_keep and "logits_to_keep" in params:
         kwargs["logits_to_keep"] = logits_to_keep
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, **kwargs).logits
-    return logits[:, -logits_to_keep:] if logits_to_keep else logits
+    if hidden:
+        with head_inputs(model) as captured:
+            model(input_ids=ids, attention_mask=attn, position_ids=pos, **kwargs)
+        out = captured[0]
+    else:
+        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, **kwargs).logits
+    return out[:, -logits_to_keep:] if logits_to_keep else out
+
+
+@contextlib.contextmanager
+def head_inputs(model):
+    """Within: each call of `model`'s LM head appends its input to the yielded list and
+    computes nothing (it is given zero positions)."""
+    captured: list[torch.Tensor] = []
+
+    def take(module, args):
+        captured.append(args[0])
+        return (args[0][..., :0, :], *args[1:])
+
+    head = unwrap(model).get_output_embeddings()
+    if head is None:
+        raise TypeError(f"{type(unwrap(model)).__name__} has no output embeddings (LM head)")
+    handle = head.register_forward_pre_hook(take)
+    try:
+        yield captured
+    finally:
+        handle.remove()
+    if len(captured) != 1:
+        raise RuntimeError(f"the LM head ran {len(captured)} times in one forward, not once")
 
 
 class SharedRows:

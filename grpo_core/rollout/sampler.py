@@ -175,7 +175,10 @@ def generate(
     if generators is not None and len(generators) != len(prompts):
         raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
     repeated = [p for p in prompts for _ in range(num_samples)]
-    enc = tokenizer(repeated, return_tensors="pt", padding=True, add_special_tokens=False)
+    # Left padding whatever the tokenizer's own setting (Qwen's pads on the right).
+    enc = tokenizer(
+        repeated, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+    )
     enc = {k: v.to(model.device) for k, v in enc.items()}
     eos = tokenizer.eos_token_id
     pad = eos if tokenizer.pad_token_id is None else tokenizer.pad_token_id

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from grpo_core.rollout.forward import SharedRows, can_share, check_filled, forward, unwrap
 from grpo_core.rollout.rollouts import Rollouts, position_ids_from_mask
 from grpo_core.rollout.sampler import _sampler_key
+
+# Float32 logits computed at a time: tokens per piece = this / (4 V). At Qwen's 151,936-token
+# vocabulary, 441 tokens (256 MiB) instead of a (B, T, V) tensor per micro-batch (16 x 1,024
+# tokens: 10 GB, each of its float32 copies as much again).
+LOGIT_CHUNK_BYTES = 2**28
 
 
 def token_logprobs(
@@ -26,12 +32,19 @@ def token_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    chunk_bytes: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (B, T) of the completion tokens under `model` at `temperature`, and
     optionally the per-token entropy of the model's distribution at `temperature` (as verl's
     `entropy_from_logits` of the scaled logits), without gradient unless `entropy_grad` (an
-    entropy bonus in the loss). The LM head runs on the positions that
-    predict completion tokens only, so nothing of size (B, P + T, V) is ever made.
+    entropy bonus in the loss).
+
+    When the float32 logits of the micro-batch's completions, (B, T, V), fit in `chunk_bytes`
+    (default `LOGIT_CHUNK_BYTES`; the tiny world's case), they are the model's own. Otherwise
+    the model returns the final hidden states instead (`forward(hidden=True)`), and the LM
+    head, softmax and gather run on pieces of at most `chunk_bytes` of logits
+    (`head_logprobs`), so nothing of size (B, T, V) is made, forward or backward: the same
+    numbers up to float rounding.
 
     Rows with the same prompt (a group) share it: each distinct prompt is run once and its KV
     cache copied to its rows, whose completions then attend to it; the gradient of every row
@@ -39,6 +52,9 @@ def token_logprobs(
     float rounding, for a fraction of the work (the prompt is often most of a row).
     """
     p, t = prompt_len, input_ids.shape[1] - prompt_len
+    chunk_bytes = LOGIT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    head = getattr(unwrap(model), "get_output_embeddings", lambda: None)()
+    chunked = head is not None and input_ids.shape[0] * t * _vocab(head) * 4 > chunk_bytes
     pos = position_ids_from_mask(attention_mask)
     shared = (
         SharedRows.find(input_ids[:, :p], attention_mask[:, :p])
@@ -46,23 +62,87 @@ def token_logprobs(
         else None
     )
     if shared is None:
-        logits = forward(model, input_ids, attention_mask, pos, logits_to_keep=t + 1)[:, :-1]
+        out = forward(model, input_ids, attention_mask, pos, logits_to_keep=t + 1, hidden=chunked)
+        pieces = [out[:, :-1]]
     else:
         i = shared.first
         cache = DynamicCache(config=unwrap(model).config)
-        head = forward(model, input_ids[i, :p], attention_mask[i, :p], pos[i, :p], cache, 1)
+        first = forward(
+            model, input_ids[i, :p], attention_mask[i, :p], pos[i, :p], cache, 1, chunked
+        )
         check_filled(cache, model)
         shared.expand_cache(cache)
-        rest = forward(model, input_ids[:, p:-1], attention_mask[:, :-1], pos[:, p:-1], cache)
-        logits = torch.cat([shared.expand(head), rest], dim=1)
-    logits = logits.float() / temperature
+        rest = forward(
+            model, input_ids[:, p:-1], attention_mask[:, :-1], pos[:, p:-1], cache, hidden=chunked
+        )
+        pieces = [shared.expand(first), rest]
+    targets = input_ids[:, p:]
+    if not chunked:
+        return _logprobs(torch.cat(pieces, dim=1), targets, temperature, with_entropy, entropy_grad)
+    hidden = torch.cat(pieces, dim=1)
+    return head_logprobs(
+        head, hidden, targets, temperature, with_entropy, entropy_grad, chunk_bytes
+    )
+
+
+def head_logprobs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool,
+    chunk_bytes: int = LOGIT_CHUNK_BYTES,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs and entropies (B, T) of `targets` from the LM head `head` on the hidden
+    states `hidden` (B, T, H), in pieces of at most `chunk_bytes` of float32 logits, each run
+    under activation checkpointing when gradients are on: its logits are freed after the
+    forward and recomputed in the backward, so that the peak holds one piece's."""
+    b, t = targets.shape
+    vocab = _vocab(head)
+    flat_hidden, flat = hidden.reshape(b * t, -1), targets.reshape(b * t)
+    size = max(1, chunk_bytes // (4 * vocab))
+    trains = hidden.requires_grad or any(p.requires_grad for p in head.parameters())
+    grad = torch.is_grad_enabled() and trains
+    logps, entropies = [], []
+    for start in range(0, b * t, size):
+        rows = slice(start, start + size)
+        args = (head, flat_hidden[rows], flat[rows], temperature, with_entropy, entropy_grad)
+        if grad:
+            logp, entropy = checkpoint(_head_piece, *args, use_reentrant=False)
+        else:
+            logp, entropy = _head_piece(*args)
+        logps.append(logp)
+        entropies.append(entropy)
+    logp = torch.cat(logps).reshape(b, t)
+    return logp, torch.cat(entropies).reshape(b, t) if with_entropy else None
+
+
+def _vocab(head: torch.nn.Module) -> int:
+    return getattr(head.weight, "ds_shape", head.weight.shape)[0]  # ZeRO-3: partitioned
+
+
+def _head_piece(head, hidden, targets, temperature, with_entropy, entropy_grad):
+    return _logprobs(head(hidden), targets, temperature, with_entropy, entropy_grad)
+
+
+def _logprobs(logits, targets, temperature, with_entropy, entropy_grad):
+    """As few (rows, V) float32 blocks alive at once as the values allow: no copy for a
+    temperature of 1 (dividing by 1 changes no bit), the logits dropped once normalised, and
+    an entropy without gradient computed in place."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
     logp_all = F.log_softmax(logits, dim=-1)
-    targets = input_ids[:, prompt_len:].unsqueeze(-1)
-    logp = logp_all.gather(-1, targets).squeeze(-1)
+    del logits
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = None
     if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        if entropy_grad and torch.is_grad_enabled():
             entropy = -(logp_all.exp() * logp_all).sum(-1)
+        else:
+            with torch.no_grad():
+                entropy = -logp_all.exp().mul_(logp_all).sum(-1)
     return logp, entropy
 
 

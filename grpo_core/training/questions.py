@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from grpo_core.analysis.difficulty import CURRICULA
 from grpo_core.config.train import TrainStage
-from grpo_core.data.prompts import render_prompt
+from grpo_core.data.prompts import log_rendered, render_prompt
 from grpo_core.data.schema import check_selection, read_problems, select_problems
 from grpo_core.errors import InputError
 from grpo_core.io import read_stage_output
@@ -109,9 +109,11 @@ def render_questions(questions: list[Question], tokenizer, chat: bool) -> list[Q
     (the plain text kept in `raw_prompt`, for OC-GRPO's hinted prompts)."""
     if not chat:
         return questions
-    return [
+    rendered = [
         dataclasses.replace(
             q, prompt=render_prompt(tokenizer, q.prompt, chat), raw_prompt=q.prompt, chat=True
         )
         for q in questions
     ]
+    log_rendered([q.prompt for q in rendered])
+    return rendered
