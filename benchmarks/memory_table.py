@@ -14,9 +14,11 @@ and A LoRA adapter parameters:
 - LoRA (rank r on every linear layer of the blocks, `all-linear`; not the LM head): the frozen
   base in bf16 (2 P, or 2 P / N under ZeRO-3), and the adapters as trainable parameters above
   (2 A, or 2 A / N under ZeRO-3, + (2 + 12) A / N).
-- reference model (only when kl_coef > 0): one more bf16 copy of the weights, sharded like the
-  policy's (2 P, or 2 P / N under ZeRO-3). Not with LoRA: the reference is the policy with its
-  adapters disabled.
+- reference model (only when kl_coef > 0): one more bf16 copy of the weights, whole on every
+  GPU (2 P) even under ZeRO-3 (the trainer does not shard it). Not with LoRA: the reference
+  is the policy with its adapters disabled.
+- ZeRO-3 rollouts: the weights gathered whole while sampling (+ 2 P, the "gathered" column; the
+  update's activations are not held then), and the LM head whole in the update (no pieces).
 - vLLM colocated (TRL's colocate mode): the engine takes `gpu_memory_utilization` x the GPU's
   memory for its own weights, activations and KV cache, whatever the model: util x 85.9 GB.
 - activations, micro-batch b, sequence s = prompt + completion, completion T, hidden h, L layers,
@@ -124,7 +126,7 @@ def state_bytes(
         weights = 2 * params / shard_weights
         grads = 2 * params / gpus
         optim = 12 * params / gpus
-        ref = 2 * params / shard_weights if kl else 0.0
+        ref = 2 * params if kl else 0.0  # whole on every GPU: not sharded by the trainer
     else:
         weights = 2 * (params + trainable) / shard_weights
         grads = 2 * trainable / gpus
@@ -164,7 +166,6 @@ def table(
     for size, arch in QWEN25.items():
         p = arch.params()
         a = arch.lora_params(lora_rank)
-        act = activation_bytes(arch, micro_batch, seq, completion_len)
         vllm = vllm_util * gpu_gb * GB
         for mode, zero, trainable in (
             ("full, ZeRO-2", 2, None),
@@ -172,8 +173,13 @@ def table(
             (f"LoRA r={lora_rank}, ZeRO-2", 2, a),
             (f"LoRA r={lora_rank}, ZeRO-3", 3, a),
         ):
+            # ZeRO-3: the LM head whole (no pieces); the weights gathered while sampling
+            chunk = 2**62 if zero == 3 else LOGIT_CHUNK_BYTES
+            act = activation_bytes(arch, micro_batch, seq, completion_len, chunk)
             s = state_bytes(p, gpus, zero, trainable, kl=True)
-            base = s["weights"] + s["grads"] + s["optimizer"] + act
+            states = s["weights"] + s["grads"] + s["optimizer"]
+            gathered = 2 * (p + (trainable or 0)) if zero == 3 else 0.0
+            base = states + max(act, gathered)
             rows.append(
                 {
                     "model": size,
@@ -185,6 +191,7 @@ def table(
                     "optimizer_gb": s["optimizer"] / GB,
                     "reference_gb": s["reference"] / GB,
                     "activations_gb": act / GB,
+                    "gathered_gb": gathered / GB,
                     "vllm_gb": vllm / GB,
                     "total_kl0_gb": (base + vllm) / GB,
                     "total_kl_gb": (base + s["reference"] + vllm) / GB,
@@ -195,8 +202,8 @@ def table(
 
 def markdown(rows: list[dict], gpu_gb: float = A100_80GB) -> str:
     head = (
-        "| model | params | mode | weights | grads | Adam | ref (kl>0) | activations | vLLM "
-        "| total, kl=0 | total, kl>0 |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "| model | params | mode | weights | grads | Adam | ref (kl>0) | activations | gathered "
+        "| vLLM | total, kl=0 | total, kl>0 |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
@@ -204,11 +211,13 @@ def markdown(rows: list[dict], gpu_gb: float = A100_80GB) -> str:
         if r["lora_params"] is not None:
             params += f" (+{r['lora_params'] / 1e6:.1f}M LoRA)"
         ref = "-" if r["reference_gb"] == 0 else f"{r['reference_gb']:.2f}"
+        gathered = "-" if r["gathered_gb"] == 0 else f"{r['gathered_gb']:.2f}"
         over = lambda x: f"{x:.1f}" + (" (over)" if x > gpu_gb else "")  # noqa: E731
         lines.append(
             f"| {r['model']} | {params} | {r['mode']} | {r['weights_gb']:.2f} "
             f"| {r['grads_gb']:.2f} | {r['optimizer_gb']:.2f} | {ref} "
-            f"| {r['activations_gb']:.2f} | {r['vllm_gb']:.1f} | {over(r['total_kl0_gb'])} "
+            f"| {r['activations_gb']:.2f} | {gathered} | {r['vllm_gb']:.1f} "
+            f"| {over(r['total_kl0_gb'])} "
             f"| {over(r['total_kl_gb'])} |"
         )
     return "\n".join(lines)

@@ -6,7 +6,8 @@
 #
 #   0. the backend contract tests and the real-tokenizer tests (CPU, seconds): Qwen3's tokenizer
 #      and chat template, generation ending at <|im_end|>, log-probs under padding, chunked
-#      LM head = whole (tests/test_real_model.py, the pipeline test left out);
+#      LM head = whole (tests/test_real_model.py, the pipeline test left out); and ZeRO-3 on
+#      2 CPU processes against one (tests/test_distributed.py -k zero3, about 30 s);
 #   a. GRPO steps of the tiny-world model on the GPU (HF backend);
 #   b. GRPO steps of a 0.6B model on the GPU with the HF backend: 8 prompts (through the chat
 #      template) x 8 completions x 64 tokens, 3 timed steps (benchmarks/gpu_step.py). MODEL_DIR
@@ -29,7 +30,7 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --device) DEVICE=$2; shift 2 ;;
         --device=*) DEVICE=${1#*=}; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) MODEL_DIR=$1; shift ;;
     esac
 done
@@ -78,6 +79,8 @@ EOF
 banner "0. backend contract tests (CPU)"
 timeout "$STEP_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/test_backends.py \
     tests/test_real_model.py -m "not pipeline"
+# ZeRO-3 (2 CPU processes) on this machine's torch and DeepSpeed builds
+timeout "$STEP_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider tests/test_distributed.py -k zero3
 
 banner "a. tiny-world model, HF backend, $DEVICE"
 bench tiny_hf --device "$DEVICE" --backend hf "${TINY[@]}"

@@ -48,25 +48,31 @@ def train(params: TrainStage) -> None:
     questions = render_questions(questions, tokenizer, uses_chat(BASE_MODEL))
     policy, log_rows, summary = train_policy(params, policy, tokenizer, questions, accelerator)
 
+    with process.gathered(policy):  # ZeRO-3: the weights whole, on every process
+        if process.is_main:
+            save_policy(params, policy, tokenizer)
     if process.is_main:  # the others wait for its outputs
-        if params.train.lora.enabled:
-            policy = policy.merge_and_unload()
-        with atomic_path("models/policy") as tmp:
-            policy.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            # The train params after the algo preset was applied: what this policy was trained
-            # with.
-            record = {
-                "algo": params.algo,
-                "train": params.train.model_dump(),
-                "reward": params.reward.model_dump(),
-                "chat": uses_chat(BASE_MODEL),
-            }
-            write_json(record, tmp / "grpo_lab.json")
         write_parquet(pa.Table.from_pylist(log_rows, schema=ROLLOUT_LOG), "data/rollouts.parquet")
         publish_checkpoints()
         write_json(summary, SUMMARY)
     process.barrier()
+
+
+def save_policy(params: TrainStage, policy, tokenizer) -> None:
+    """models/policy: the trained weights (LoRA merged), the tokenizer, and the train params
+    after the algo preset was applied (what this policy was trained with)."""
+    if params.train.lora.enabled:
+        policy = policy.merge_and_unload()
+    with atomic_path("models/policy") as tmp:
+        policy.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        record = {
+            "algo": params.algo,
+            "train": params.train.model_dump(),
+            "reward": params.reward.model_dump(),
+            "chat": uses_chat(BASE_MODEL),
+        }
+        write_json(record, tmp / "grpo_lab.json")
 
 
 if __name__ == "__main__":

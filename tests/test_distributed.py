@@ -26,6 +26,7 @@ This file is also the launched worker
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
@@ -58,6 +59,10 @@ SCENARIOS = {
     # The LM head in pieces of 5 tokens under activation checkpointing (what a real
     # vocabulary gets, `grpo_core.rollout.scoring.head_logprobs`), outside DDP's forward.
     "chunked_head": ("grpo", {}, [DIGITS] * 4),
+    # A KL penalty: full fine-tuning against a reference copy, and LoRA against the policy
+    # with its adapters off (under ZeRO-3: forwards on gathered weights).
+    "kl": ("grpo", {"kl_coef": 0.05}, [DIGITS] * 4),
+    "lora_kl": ("grpo", {"kl_coef": 0.05, "lora": {"enabled": True, "r": 4}}, [DIGITS] * 4),
 }
 CHUNKED_TOKENS = 5
 # launch -> (accelerate config, the distributed type its processes must report, scenarios).
@@ -69,6 +74,13 @@ LAUNCHES = {
         "zero2_cpu2.yaml",
         "DEEPSPEED",
         ["grpo", "dapo", "codapo", "one_group", "chunked_head"],
+    ),
+    # ZeRO-3: the weights sharded too (configs/accelerate/zero3_cpu2.json shards every
+    # parameter, even the tiny model's); rollouts run on weights gathered once per step.
+    "zero3": (
+        "zero3_cpu2.yaml",
+        "DEEPSPEED",
+        ["grpo", "dapo", "codapo", "oc_grpo", "one_group", "chunked_head", "kl", "lora_kl"],
     ),
 }
 CASES = [(launch, name) for launch, (_, _, names) in LAUNCHES.items() for name in names]
@@ -118,17 +130,31 @@ def _setup(name: str):
     return model, tokenizer, params, questions
 
 
-def _train(name: str, accelerator=None) -> dict:
+def _train(name: str, accelerator=None, save_to: Path | None = None) -> dict:
     """Train one scenario; returns the step metrics, the final weights and, per step, which
-    groups this process sampled and which batch rows it trained."""
+    groups this process sampled and which batch rows it trained. `save_to`: the main process
+    also saves the policy there (`save_pretrained`, the weights gathered as stages.train
+    gathers them)."""
     from grpo_core.training.run import run
     from grpo_core.training.trainer import GRPOTrainer
 
     torch.manual_seed(0)
     model, tokenizer, params, questions = _setup(name)
+    reference = None  # as grpo_core.training.run.train_policy builds them
+    if params.train.lora.enabled:
+        from grpo_core.training.lora import add_lora
+
+        model = add_lora(model, params.train.lora)
+    elif params.train.kl_coef > 0:
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = GRPOTrainer(
-        model, tokenizer, params.train, reward=params.reward, accelerator=accelerator
+        model,
+        tokenizer,
+        params.train,
+        reference=reference,
+        reward=params.reward,
+        accelerator=accelerator,
     )
     metrics, shares = [], []
     original = trainer.update
@@ -140,8 +166,19 @@ def _train(name: str, accelerator=None) -> dict:
 
     trainer.update = update
     run(trainer, questions, STEPS, seed=0, on_step=lambda s, m, r: metrics.append(m))
-    state = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
-    return {"metrics": metrics, "state": state, "initial": initial, "trained_rows": shares}
+    with trainer.parallel.gathered(trainer.model):  # ZeRO-3: whole on every process
+        state = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+        if save_to is not None and trainer.is_main:
+            trainer.model.save_pretrained(save_to)
+    lora = params.train.lora.enabled  # adapters, not a model transformers loads alone
+    saved = str(save_to) if save_to is not None and trainer.is_main and not lora else None
+    return {
+        "metrics": metrics,
+        "state": state,
+        "initial": initial,
+        "trained_rows": shares,
+        "saved": saved,
+    }
 
 
 class _Killed(Exception):
@@ -190,8 +227,9 @@ def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
             raise _Killed
         history.append(metrics)
         log_rows.extend({"step": step, **row} for row in rows)
-        if main_process:
-            save_checkpoint(model, step + 1, run_dir)
+        with trainer.parallel.gathered(model):  # as grpo_core.training.run does
+            if main_process:
+                save_checkpoint(model, step + 1, run_dir)
         save_resume(
             fingerprint,
             step + 1,
@@ -208,8 +246,11 @@ def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
         run(trainer, questions, STEPS, 0, on_step, sampler=sampler, start=start)
     except _Killed:
         assert phase == "kill"
-    state = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    with trainer.parallel.gathered(trainer.model):  # ZeRO-3: whole on every process
+        state = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+    trainable = sum(  # ZeRO-3: a sharded parameter's own numel is 0
+        getattr(p, "ds_numel", p.numel()) for p in trainer.model.parameters() if p.requires_grad
+    )
     return {"metrics": history, "state": state, "start": start, "trainable": trainable}
 
 
@@ -225,7 +266,7 @@ def _worker(out: Path, names: list[str], run_dir: Path | None = None) -> None:
     results = {
         name: _resume_phase(name.split(":")[1], accelerator, run_dir)
         if name.startswith("resume:")
-        else _train(name, accelerator)
+        else _train(name, accelerator, out / f"policy-{name}")
         for name in names
     }
     results["_launch"] = {
@@ -295,7 +336,7 @@ def one_process() -> dict[str, dict]:
 
 @pytest.mark.parametrize(("launch", "name"), CASES)
 def test_two_processes_train_as_one(launched, one_process, launch, name):
-    if launch == "zero2" and importlib.util.find_spec("deepspeed") is None:
+    if launch.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
         pytest.skip("deepspeed is not installed (`make` installs requirements-deepspeed.lock)")
     ranks, _ = launched(launch)
     for rank in ranks:
@@ -323,6 +364,14 @@ def test_two_processes_train_as_one(launched, one_process, launch, name):
         max_weight = max(max_weight, float((r0["state"][key] - w).abs().max()))
         moved |= not torch.equal(w, one["initial"][key])
     assert moved, "the weights did not move: the comparison would be vacuous"
+    # The policy the main process saved (gathered under ZeRO-3) is a model transformers loads,
+    # with the one process's weights.
+    from transformers import AutoModelForCausalLM
+
+    if r0["saved"] is not None:
+        saved = AutoModelForCausalLM.from_pretrained(r0["saved"]).state_dict()
+        for key, w in one["state"].items():
+            torch.testing.assert_close(saved[key], w, atol=WEIGHT_ATOL, rtol=0)
     print(f"{launch}/{name}: max |loss diff| {max_loss:.2e}, max |weight diff| {max_weight:.2e}")
     # Each process trained its own share: disjoint and together all the one process trained.
     for step in range(STEPS):
@@ -340,14 +389,14 @@ def test_two_processes_train_as_one(launched, one_process, launch, name):
 def test_a_killed_two_process_run_resumes_and_ends_as_the_unbroken_run(launched, launch, tmp_path):
     """Killed in step KILLED_IN of STEPS (checkpoints after every step); a second launch resumes
     from step KILLED_IN. Under ZeRO-2 each process saved and loads its own optimizer shard."""
-    if launch == "zero2" and importlib.util.find_spec("deepspeed") is None:
+    if launch.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
         pytest.skip("deepspeed is not installed (`make` installs requirements-deepspeed.lock)")
     unbroken = [rank[RESUME_SCENARIO] for rank in launched(launch)[0]]
     run_dir = tmp_path / "run"
     killed = _launch(launch, tmp_path / "killed", ["resume:kill"], run_dir)[0][0]["resume:kill"]
     resume = run_dir / "resume"
     state = json.loads((resume / "state.json").read_text())
-    sharded = launch == "zero2"
+    sharded = launch in ("zero2", "zero3")
     assert (state["step"], state["world"], state["sharded"]) == (KILLED_IN, 2, sharded)
     files = sorted(f.name for f in resume.iterdir())
     assert files == sorted(["state.json", "trainer.pt"] + (["trainer-rank1.pt"] if sharded else []))
@@ -360,8 +409,12 @@ def test_a_killed_two_process_run_resumes_and_ends_as_the_unbroken_run(launched,
                 for f in ("trainer.pt", "trainer-rank1.pt")
             ]
         assert [s["rank"] for s in shards] == [0, 1]
-        sizes = [s["optimizer"]["single_partition_of_fp32_groups"][0].numel() for s in shards]
-        assert sum(sizes) == killed["trainable"] and sizes[0] == sizes[1], sizes
+        # ZeRO-2's flat fp32 partition; ZeRO-3's, padded to equal sizes
+        key = "single_partition_of_fp32_groups" if launch == "zero2" else "fp32_flat_groups"
+        sizes = [s["optimizer"][key][0].numel() for s in shards]
+        assert sizes[0] == sizes[1], sizes
+        assert sum(sizes) == killed["trainable"] or launch == "zero3", sizes
+        assert killed["trainable"] <= sum(sizes) < killed["trainable"] + 2, sizes
 
     ranks, wall = _launch(launch, tmp_path / "resumed", ["resume:resume"], run_dir)
     max_weight = 0.0

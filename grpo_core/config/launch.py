@@ -32,7 +32,8 @@ Launch = Annotated[
         pattern=r"^[A-Za-z0-9_.-]+$",
         description="How `train` runs: the accelerate config configs/accelerate/<launch>.yaml. "
         "cpu: one process, in-process; ddp_cpu2: 2 CPU processes, DDP over gloo; zero2_cpu2: 2 "
-        "CPU processes, DeepSpeed ZeRO-2 over gloo, fp32; zero2_8gpu / "
+        "CPU processes, DeepSpeed ZeRO-2 over gloo, fp32; zero3_cpu2: the same with ZeRO-3 "
+        "(weights sharded too); zero2_8gpu / "
         "zero3_8gpu: DeepSpeed ZeRO-2/3 on 8 GPUs, bf16 (multi-node: see the file). With more "
         "than one process the stage relaunches itself through `accelerate launch`, and N "
         "processes train as one process with the same global batch (train.prompts_per_step) "

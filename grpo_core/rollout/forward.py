@@ -137,9 +137,19 @@ class SharedRows:
                 layer.keys, layer.values = self.expand(layer.keys), self.expand(layer.values)
 
 
+def zero3_sharded(model) -> bool:
+    """Whether DeepSpeed ZeRO-3 holds `model`'s weights sharded right now (outside a gather):
+    then every forward is a sequence of collectives, so every process must run the same
+    number of them, whatever its rows."""
+    return any(hasattr(q, "ds_id") and q.numel() == 0 for q in unwrap(model).parameters())
+
+
 def can_share(model) -> bool:
     """Whether rows may share a prompt pass: with gradient checkpointing, transformers turns
-    the cache off in training."""
+    the cache off in training; under ZeRO-3 (sharded) a micro-batch must be one forward, as a
+    process's padding pass is."""
+    if zero3_sharded(model):
+        return False
     inner = unwrap(model)
     flag = getattr(inner, "is_activation_checkpointing", None)
     if flag is None:

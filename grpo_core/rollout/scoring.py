@@ -14,7 +14,14 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
-from grpo_core.rollout.forward import SharedRows, can_share, check_filled, forward, unwrap
+from grpo_core.rollout.forward import (
+    SharedRows,
+    can_share,
+    check_filled,
+    forward,
+    unwrap,
+    zero3_sharded,
+)
 from grpo_core.rollout.rollouts import Rollouts, position_ids_from_mask
 from grpo_core.rollout.sampler import _sampler_key
 
@@ -54,7 +61,13 @@ def token_logprobs(
     p, t = prompt_len, input_ids.shape[1] - prompt_len
     chunk_bytes = LOGIT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     head = getattr(unwrap(model), "get_output_embeddings", lambda: None)()
-    chunked = head is not None and input_ids.shape[0] * t * _vocab(head) * 4 > chunk_bytes
+    # Not under ZeRO-3 (sharded): the head's weight would be gathered once per piece, a
+    # number of collectives that differs between processes.
+    chunked = (
+        head is not None
+        and input_ids.shape[0] * t * _vocab(head) * 4 > chunk_bytes
+        and not zero3_sharded(model)
+    )
     pos = position_ids_from_mask(attention_mask)
     shared = (
         SharedRows.find(input_ids[:, :p], attention_mask[:, :p])

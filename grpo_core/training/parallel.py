@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -108,6 +108,12 @@ class SingleProcess:
     def optimizer_extras(self) -> dict:
         """What the trainer state holds besides the optimizer's state_dict."""
         return {}
+
+    def gathered(self, model=None):
+        """A context, entered by every process, in which the policy's parameters are whole
+        on every process: for sampling (no collective per forward) and for saving. Nothing to
+        do unless the weights are sharded (ZeRO-3)."""
+        return nullcontext()
 
     def load_optimizer_state(self, optimizer, state: dict) -> None:
         optimizer.load_state_dict(state["optimizer"])
@@ -209,7 +215,45 @@ class DeepSpeedZeRO(DDP):
         self.policy.backward(loss * self.world)
 
     def no_sync(self):
-        return nullcontext()  # ZeRO-2 reduces at every backward
+        return nullcontext()  # ZeRO reduces at every backward
+
+    @property
+    def stage(self) -> int:
+        return self.accelerator.state.deepspeed_plugin.zero_stage
+
+    @contextmanager
+    def gathered(self, model=None):
+        """Under ZeRO-3, every parameter of the policy (or of `model`, a module whose weights
+        the engine sharded, as the unwrapped policy `train_policy` returns) gathered whole on
+        every process for the block: one all-gather each way, not one per module per forward.
+        Read-only: changes made inside are dropped.
+
+        Around forwards (sampling token by token, scoring, however unevenly the processes
+        share them) the engine's module hooks are off, so that no forward runs a collective or
+        releases a parameter. The policy must fit whole on one device: said before anything
+        is gathered. Under ZeRO-1/2 the weights are whole already."""
+        if self.stage != 3:
+            yield
+            return
+        import deepspeed
+
+        engine = self.policy
+        module = model if model is not None else engine.module
+        params = list(module.parameters())
+        _check_fits(params, params[0].device)
+        with deepspeed.zero.GatheredParameters(params):
+            if engine is None or model is not None:  # saving: no forward inside
+                yield
+                return
+            offload = engine.optimizer.parameter_offload
+            for q in params:
+                q.ds_active_sub_modules.clear()
+            offload._remove_module_hooks()
+            offload.forward_hooks, offload.backward_hooks = [], []
+            try:
+                yield
+            finally:
+                offload.setup_zero_stage3_hooks()
 
     def optimizer_step(self, model, optimizer, max_grad_norm: float) -> torch.Tensor:
         # The engine clips (gradient_clipping = max_grad_norm), steps and zeroes the
@@ -256,6 +300,25 @@ class DeepSpeedZeRO(DDP):
         )
         for key, value in state["engine"].items():
             setattr(engine, key, value)
+
+
+def _check_fits(params: list, device: torch.device) -> None:
+    """The policy's whole weights fit on `device` beside what it holds: else an InputError
+    that says by how much, and what to do."""
+    if device.type != "cuda":
+        return
+    need = sum(q.ds_numel * q.element_size() for q in params)
+    free = torch.cuda.mem_get_info(device)[0]
+    if need > 0.8 * free:
+        from grpo_core.errors import InputError
+
+        raise InputError(
+            f"launch: ZeRO-3 gathers the policy's weights whole for each rollout batch "
+            f"({need / 1e9:.1f} GB), more than this GPU has free ({free / 1e9:.1f} GB, keeping "
+            "a fifth for activations): use LoRA (train.lora.enabled=true), which leaves the "
+            "weights far smaller, or a GPU with more memory; the vLLM backend "
+            "(train.rollout_backend=vllm) needs them whole too, in its own engine"
+        )
 
 
 def data_parallel(accelerator=None) -> SingleProcess:

@@ -187,10 +187,12 @@ def _train_policy(
             if last and done < cfg.steps:
                 log.info("train.max_rollouts=%d reached after step %d", cfg.max_rollouts, step)
             if done % cfg.checkpoint_every == 0 or last:
-                # Every process holds the same weights: the main one writes them; and the same
-                # trainer state but under DeepSpeed, where each writes its shard.
-                if process.is_main:
-                    save_checkpoint(policy, done)
+                # Every process holds the same weights (ZeRO-3: once gathered): the main one
+                # writes them; and the same trainer state but under DeepSpeed, where each
+                # writes its shard.
+                with trainer.parallel.gathered(policy):
+                    if process.is_main:
+                        save_checkpoint(policy, done)
                 save_resume(fingerprint, done, trainer, sampler, history, log_rows, process.barrier)
                 process.barrier()
                 progress.saved = done

@@ -120,9 +120,12 @@ class GRPOTrainer:
         g = self.cfg.group_size
         # Sample G completions per question and reward them (OC-GRPO: guided rows sampled with
         # a hint in the prompt; dynamic sampling: refilled while too few groups are informative).
-        sampled, questions, rounds = self.sample(questions, more)
-        ro, rewards = sampled.ro, sampled.rewards
-        old_logp, entropy = self.score(ro)  # pi_old
+        # Under ZeRO-3 the weights are gathered once for all of it (every forward in it is
+        # then local, however unevenly the processes share the work).
+        with self.parallel.gathered():
+            sampled, questions, rounds = self.sample(questions, more)
+            ro, rewards = sampled.ro, sampled.rewards
+            old_logp, entropy = self.score(ro)  # pi_old
         confidence = question_confidence(old_logp, ro.completion_mask, g)
         difficulty = question_difficulty(sampled.solved, g)
         metrics = rollout_metrics(sampled, rounds, g)

@@ -252,7 +252,10 @@ class PolicyUpdate:
         (loss, kl, clipped low / high tokens) and the per-row `ROW_STATS`, this process's."""
         cfg = self.cfg
         ids, attn, p = batch.ids, batch.attn, batch.prompt_len
-        ref_logps = [self.reference_logprobs(ids[c], attn[c], p) for c in chunks]
+        # Under ZeRO-3 the policy's weights gathered once for these (LoRA's reference is the
+        # policy with its adapters off): the processes' micro-batch counts differ.
+        with self.parallel.gathered() if cfg.kl_coef > 0 else nullcontext():
+            ref_logps = [self.reference_logprobs(ids[c], attn[c], p) for c in chunks]
         # Running sums stay tensors on the device: no host sync inside the loop.
         sums = dict.fromkeys(("loss", "kl", "low", "high"), torch.zeros((), device=ids.device))
         rows = {k: torch.zeros(len(batch.adv), device=ids.device) for k in ROW_STATS}
