@@ -51,6 +51,7 @@ def test_the_model_has_qwen3s_tokenizer_modules_and_vocabulary(qwen3_dir, qwen3)
     assert tokenizer.decode(tokenizer(text).input_ids) == text
     assert tokenizer.tokenize("1234") == ["1", "2", "3", "4"]
     assert "Apache" in (qwen3_dir / "TOKENIZER_NOTICE").read_text()
+    assert "Apache License" in (qwen3_dir / "TOKENIZER_LICENSE").read_text()
 
 
 def test_a_prompt_goes_through_qwen3s_chat_template(qwen3):

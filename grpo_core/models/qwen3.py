@@ -72,7 +72,8 @@ def write_tokenizer(path: Path) -> None:
     ):
         shutil.copyfileobj(src, dst)
     shutil.copy(TOKENIZER_DIR / "tokenizer_config.json", path / "tokenizer_config.json")
-    shutil.copy(TOKENIZER_DIR / "NOTICE", path / "TOKENIZER_NOTICE")
+    shutil.copy(TOKENIZER_DIR / "NOTICE", path / "TOKENIZER_NOTICE")  # Apache-2.0: the notice
+    shutil.copy(TOKENIZER_DIR / "LICENSE", path / "TOKENIZER_LICENSE")  # and the licence travel
 
 
 def build_qwen3(
@@ -132,8 +133,8 @@ def _wire_end(model: Qwen3ForCausalLM, tokenizer, eos: int, rate: float) -> None
     head[:, d] = 0.0
     # Calibrate on some text: the mean of dimension d after the final norm.
     ids = tokenizer("Natalia sold clips to 48 of her friends in April.", return_tensors="pt")
-    hidden = model.model(**ids).last_hidden_state[0, :, d]
-    logits = model.lm_head(model.model(**ids).last_hidden_state)[0]
+    states = model.model(**ids).last_hidden_state[0]
+    hidden, logits = states[:, d], model.lm_head(states)
     others = torch.logsumexp(logits[:, torch.arange(VOCAB) != eos], dim=-1).mean()
     target = others + math.log(rate / (1.0 - rate))  # p(eos) = rate against the rest
     head[eos, d] = target / hidden.mean()
