@@ -41,13 +41,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local files only
 
 
-def make_model(path: Path, size: str = "0.6B", layers: int | None = None, seed: int = 0) -> Path:
-    """A random-weight Qwen3 model of `size` with Qwen3's tokenizer, saved in `path` (bf16)."""
-    from grpo_core.models.qwen3 import build_qwen3
-
-    return build_qwen3(path, size, layers=layers, seed=seed)
-
-
 def _peak_rss_gb() -> float:
     import resource
 
@@ -243,7 +236,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     if args.make_model:
-        make_model(args.make_model, args.size, args.layers, args.seed)
+        from grpo_core.models.qwen3 import build_qwen3
+
+        build_qwen3(args.make_model, args.size, layers=args.layers, seed=args.seed)
         print(f"built {args.size}-shaped random model in {args.make_model}")
         return None
     with tempfile.TemporaryDirectory(prefix="gpu-step-") as tmp:

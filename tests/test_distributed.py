@@ -26,7 +26,6 @@ This file is also the launched worker
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 import os
@@ -57,7 +56,8 @@ SCENARIOS = {
     # One informative group: the second process trains no row (a zero-weight synced pass).
     "one_group": ("grpo", {}, [DIGITS, "", "", ""]),
     # The LM head in pieces of 5 tokens under activation checkpointing (what a real
-    # vocabulary gets, `grpo_core.rollout.scoring.head_logprobs`), outside DDP's forward.
+    # vocabulary gets, `grpo_core.rollout.scoring.head_logprobs`), outside DDP's forward;
+    # under ZeRO-3 the head stays whole (sharded weights): there, this checks that fallback.
     "chunked_head": ("grpo", {}, [DIGITS] * 4),
     # A KL penalty: full fine-tuning against a reference copy, and LoRA against the policy
     # with its adapters off (under ZeRO-3: forwards on gathered weights).
@@ -135,18 +135,12 @@ def _train(name: str, accelerator=None, save_to: Path | None = None) -> dict:
     groups this process sampled and which batch rows it trained. `save_to`: the main process
     also saves the policy there (`save_pretrained`, the weights gathered as stages.train
     gathers them)."""
-    from grpo_core.training.run import run
+    from grpo_core.training.run import policy_and_reference, run
     from grpo_core.training.trainer import GRPOTrainer
 
     torch.manual_seed(0)
     model, tokenizer, params, questions = _setup(name)
-    reference = None  # as grpo_core.training.run.train_policy builds them
-    if params.train.lora.enabled:
-        from grpo_core.training.lora import add_lora
-
-        model = add_lora(model, params.train.lora)
-    elif params.train.kl_coef > 0:
-        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    model, reference = policy_and_reference(model, params.train)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = GRPOTrainer(
         model,

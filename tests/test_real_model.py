@@ -136,6 +136,46 @@ def test_chunked_log_probs_and_gradients_equal_the_whole_head_through_lora(qwen3
     assert any(g.abs().max() > 0 for g in gw)
 
 
+def test_the_trainer_runs_the_lm_head_in_pieces_on_qwens_vocabulary(qwen3_dir, monkeypatch):
+    """One GRPO step with LoRA on Qwen's names: 16 rows x 48 tokens of 151,936 float32 logits
+    are over LOGIT_CHUNK_BYTES, so every update forward goes through `head_logprobs`, with
+    gradients, and the adapters get a gradient through it."""
+    from grpo_core.config.params import parse_params
+    from grpo_core.models.loading import load_model
+    from grpo_core.rollout import scoring
+    from grpo_core.training.batch import Question
+    from grpo_core.training.run import policy_and_reference, run
+    from grpo_core.training.trainer import GRPOTrainer
+
+    train = {"steps": 1, "prompts_per_step": 2, "group_size": 8, "max_new_tokens": 48}
+    train |= {"micro_batch_size": 16, "updates_per_batch": 1, "warmup_steps": 0}
+    train["lora"] = {"enabled": True, "r": 4, "target_modules": LORA_TARGETS}
+    # Reward variance from length alone (the random weights solve nothing): DAPO's overlong term.
+    reward = {"weights": {"overlong": 1.0}, "overlong_cache": 40}
+    params = parse_params({"train": train, "reward": reward})
+    model, tokenizer = load_model(qwen3_dir, device=torch.device("cpu"))
+    questions = [
+        Question(f"q{i}", "math", 0, render_prompt(tokenizer, q, chat=True), "4", solution="4")
+        for i, q in enumerate(["What is 2+2?", "What is 1+3?"])
+    ]
+    calls = []
+    original = scoring.head_logprobs
+
+    def spy(head, hidden, *args, **kw):
+        calls.append((tuple(hidden.shape), torch.is_grad_enabled()))
+        return original(head, hidden, *args, **kw)
+
+    monkeypatch.setattr(scoring, "head_logprobs", spy)
+    torch.manual_seed(0)
+    model, reference = policy_and_reference(model, params.train)
+    trainer = GRPOTrainer(model, tokenizer, params.train, reference=reference, reward=params.reward)
+    metrics = []
+    run(trainer, questions, 1, seed=0, on_step=lambda step, m, rows: metrics.append(m))
+    piece = scoring.LOGIT_CHUNK_BYTES // (4 * 151_936)  # tokens: more than one piece each
+    assert calls and all(grad and rows * t > piece for (rows, t, _), grad in calls), calls
+    assert metrics[0]["grad_norm"] > 0
+
+
 # --- the pipeline ------------------------------------------------------------------------------
 
 # The real-format fixture rows (the benchmarks' own column layouts) the pipeline reads.
@@ -169,7 +209,7 @@ def _params(model_dir: Path) -> dict:
         group_size=8,
         # 16 rows x at least 28 tokens (all 16 ending sooner is unlikely, and the run is
         # seeded) of 151,936 float32 logits are over LOGIT_CHUNK_BYTES: the trainer's LM head
-        # runs in pieces, as on a real model
+        # runs in pieces, as on a real model (asserted by the trainer test above)
         max_new_tokens=2 * NEW_TOKENS,
         micro_batch_size=16,
         checkpoint_every=1,

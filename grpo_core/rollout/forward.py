@@ -141,7 +141,11 @@ def zero3_sharded(model) -> bool:
     """Whether DeepSpeed ZeRO-3 holds `model`'s weights sharded right now (outside a gather):
     then every forward is a sequence of collectives, so every process must run the same
     number of them, whatever its rows."""
-    return any(hasattr(q, "ds_id") and q.numel() == 0 for q in unwrap(model).parameters())
+    params = unwrap(model).parameters()
+    first = next(params, None)
+    if first is None or not hasattr(first, "ds_id"):  # not under ZeRO-3: every parameter or none
+        return False
+    return first.numel() == 0 or any(q.numel() == 0 for q in params)
 
 
 def can_share(model) -> bool:

@@ -131,11 +131,7 @@ def _train_policy(
     began = time.monotonic()
     cfg = params.train
     process = data_parallel(accelerator)
-    reference = None
-    if cfg.lora.enabled:
-        policy = add_lora(policy, cfg.lora)
-    elif cfg.kl_coef > 0:
-        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    policy, reference = policy_and_reference(policy, cfg)
     fingerprint = run_fingerprint(params, TRAIN_INPUTS)
     # The main process reads the resume state and removes another run's leftovers; then the
     # others read what it left.
@@ -205,6 +201,17 @@ def _train_policy(
             tmp.write_text(curves_csv(history))
     summary = run_summary(history, monitor.warnings, time.monotonic() - began, resumed_from)
     return policy, log_rows, summary
+
+
+def policy_and_reference(policy, cfg) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+    """What trains and what the KL term compares with: with LoRA, the policy with adapters
+    (its reference is itself with them off); else the policy, and a frozen copy of it when
+    `kl_coef` > 0."""
+    if cfg.lora.enabled:
+        return add_lora(policy, cfg.lora), None
+    if cfg.kl_coef > 0:
+        return policy, copy.deepcopy(policy).eval().requires_grad_(False)
+    return policy, None
 
 
 def budget_spent(history: list[dict[str, float]], max_rollouts: int | None) -> bool:
