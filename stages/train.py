@@ -55,7 +55,7 @@ def train(params: TrainStage) -> None:
         write_parquet(pa.Table.from_pylist(log_rows, schema=ROLLOUT_LOG), "data/rollouts.parquet")
         publish_checkpoints()
         write_json(summary, SUMMARY)
-    process.barrier()
+    process.close()
 
 
 def save_policy(params: TrainStage, policy, tokenizer) -> None:

@@ -251,7 +251,7 @@ def _resume_phase(phase: str, accelerator, run_dir: Path) -> dict:
 def _worker(out: Path, names: list[str], run_dir: Path | None = None) -> None:
     """Run inside `accelerate launch`: the scenarios `names`, every process writes its results
     and how it ran (the Accelerator stages.train builds)."""
-    from grpo_core.training.parallel import make_accelerator
+    from grpo_core.training.parallel import data_parallel, make_accelerator
 
     torch.set_num_threads(1)
     accelerator = make_accelerator()
@@ -269,7 +269,7 @@ def _worker(out: Path, names: list[str], run_dir: Path | None = None) -> None:
         "backend": accelerator.state.backend,
     }
     torch.save(results, out / f"rank{accelerator.process_index}.pt")
-    accelerator.wait_for_everyone()
+    data_parallel(accelerator).close()  # as stages.train ends
 
 
 def _free_port() -> int:

@@ -43,6 +43,10 @@ class SingleProcess:
     def barrier(self) -> None:
         """Wait for every process."""
 
+    def close(self) -> None:
+        """The last call of a launched process: wait for every process, then take the process
+        group down (its communication threads joined, not left to the interpreter's exit)."""
+
     def prepare(self, policy, optimizer, reference, cfg):
         """(what the loss runs through, the optimizer, the unwrapped policy, the reference)."""
         return policy, optimizer, policy, reference
@@ -130,6 +134,12 @@ class DDP(SingleProcess):
 
     def barrier(self) -> None:
         self.accelerator.wait_for_everyone()
+
+    def close(self) -> None:
+        # Without it, a gloo process group is torn down at the interpreter's exit, where a
+        # process was seen to abort ("terminate called without an active exception").
+        self.accelerator.wait_for_everyone()
+        self.accelerator.end_training()
 
     def prepare(self, policy, optimizer, reference, cfg):
         # The scheduler stays the trainer's: accelerate's would step once per process. Under
