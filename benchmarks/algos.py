@@ -1,12 +1,14 @@
 """Compare the five algorithm presets on the tiny world at the same params.
 
-    python -m benchmarks.algos [--keep DIR] [-S KEY=VALUE ...]
+    python -m benchmarks.algos [--keep DIR] [--samples-dir DIR] [-S KEY=VALUE ...]
 
 In a scratch copy of the committed repository: `dvc repro` once (with the `-S` overrides, so
 data, base model, profile and guides are built once and shared), then `dvc exp run -S algo=X`
 for each preset. Prints, per level, base accuracy and each preset's policy accuracy with the
 paired standard error of its difference to the base, plus the rollouts each preset generated
 (`num_rollouts`, summed over steps) and its train time. The last line printed is JSON.
+`--samples-dir DIR` keeps each run's evaluation completions (`DIR/<run>/eval_samples.parquet`),
+for re-scoring them later (`python -m benchmarks.rescore`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def total_rollouts(work: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--keep", type=Path, help="run in this directory and keep it")
+    ap.add_argument("--samples-dir", type=Path, help="keep each run's eval completions here")
     ap.add_argument("-S", dest="overrides", action="append", default=[], help="param override")
     ap.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     ap.add_argument(
@@ -58,6 +61,10 @@ def main() -> None:
         sh(work, "git", "checkout", "--", "params.yaml")
         sh(work, "dvc", "exp", "run", *sets, "-S", f"algo={algo}", *extra, "--name", name)
         seconds = time.perf_counter() - t0
+        if args.samples_dir:
+            (args.samples_dir / name).mkdir(parents=True, exist_ok=True)
+            kept = args.samples_dir / name / "eval_samples.parquet"
+            shutil.copy2(work / "data/eval_samples.parquet", kept)
         results[name] = {
             "levels": paired_levels(work / "data/eval_samples.parquet"),
             "rollouts": total_rollouts(work),

@@ -31,9 +31,10 @@ SMALL = {
     "model": {
         "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
         # The calibration runs (a probe of 8 held-out level-1 questions every 40 steps) with a
-        # target out of reach, so the base is the model after all 80 steps.
+        # target out of reach, so the base is the model after all 160 steps. (After 80 it
+        # solved nothing: its only rewards were malformed boxes the verifier used to read.)
         "sft": {
-            "steps": 80,
+            "steps": 160,
             "batch_size": 16,
             "level_weights": [1.0, 0.2],
             # hinted examples on both levels (the default's levels 4-5 are not in this data)
@@ -52,8 +53,9 @@ SMALL = {
     },
     "profile": {"samples": 4, "max_new_tokens": 20, "max_per_level": 24},
     "guide": {"samples": 4, "max_new_tokens": 20, "fractions": [0.5, 1.0]},
-    # Level 1 only: after 80 SFT steps it is solved sometimes, so groups have reward variance
-    # and a changed learning rate changes the policy; most of its questions are never solved
+    # Level 1 only: after 160 SFT steps it is solved sometimes (with the overlong term below,
+    # every group has reward variance, so a changed learning rate changes the policy); most of
+    # its questions are never solved
     # in 4 samples, so the guide stage and OC-GRPO's guided rows have work to do.
     "train": {
         "levels": [1],
@@ -65,6 +67,9 @@ SMALL = {
         "checkpoint_every": 1,
     },
     "eval": {"samples": 2, "max_new_tokens": 20, "pass_at": [1, 2]},
+    # DAPO's soft overlong punishment over the last 10 of 20 tokens: every group's rewards vary
+    # with its completions' lengths, so every step trains, whatever the few correct answers.
+    "reward": {"weights": {"overlong": 0.5}, "overlong_cache": 10},
 }
 
 
@@ -175,14 +180,16 @@ def test_repro_builds_every_artifact(repo):
     ):
         assert (repo / path).exists(), path
     record = json.loads((repo / "models/base/grpo_lab.json").read_text())
-    assert record["sft_steps"] == 80 and record["sft_target_reached"] is False
-    assert [c["step"] for c in record["sft_probe"]] == [40, 80]
+    assert record["sft_steps"] == 160 and record["sft_target_reached"] is False
+    assert [c["step"] for c in record["sft_probe"]] == [40, 80, 120, 160]
     probe = (repo / "metrics/sft/probe.csv").read_text().splitlines()
     assert probe[0] == "step,accuracy,target" and [r.split(",")[0] for r in probe[1:]] == [
         "40",
         "80",
+        "120",
+        "160",
     ]
-    assert len((repo / "metrics/sft/loss.csv").read_text().splitlines()) == 1 + 80
+    assert len((repo / "metrics/sft/loss.csv").read_text().splitlines()) == 1 + 160
     train_metrics = json.loads((repo / "metrics/train/metrics.json").read_text())
     assert {"reward", "reward_std", "frac_reward_zero_std", "entropy", "clip_ratio"} <= set(
         train_metrics

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from grpo_core.config.reward import RewardWeights
-from grpo_core.rewards.math import last_boxed, math_reward
+from grpo_core.rewards.math import answer_span, gold_is_number, last_boxed, math_reward, numeral
 from grpo_core.rewards.mcq import mcq_answer, mcq_reward
 from grpo_core.rewards.shaping import format_reward, overlong_penalty, shaped_rewards
 from grpo_core.rewards.verify import final_answer, verify_batch
@@ -60,11 +60,18 @@ MATH_TABLE = [
         "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
         1.0,
     ),
-    # where the answer is: the last box wins; no box falls back to math-verify's extraction
+    # where the answer is: the box (repeated boxes must agree); with no box, the last
+    # final-answer statement; working before it is not read
     (f"7+8=15\n4+3+1=8\n{B}{{85}}", "85", 1.0),
-    (f"{B}{{84}}\n{B}{{85}}", "85", 1.0),
+    (f"{B}{{85}}, so the answer is {B}{{ 85 }}", "85", 1.0),
+    (f"{B}{{\\frac{{66}}{{6}}}} = {B}{{11}}", "11", 1.0),  # boxes of one value (MATH's style)
     ("The answer is 42.", "42", 1.0),
-    ("$\\frac{1}{2}$", "\\frac{1}{2}", 1.0),
+    ("47+38=85\nThe answer is 85", "85", 1.0),
+    ("Final answer: $\\frac{1}{2}$", "\\frac{1}{2}", 1.0),
+    ("**Answer:** 1,000 apples.", "1000", 1.0),
+    ("The answer is $2+\\sqrt{3}$.", "\\sqrt{3}+2", 1.0),  # the gold is an expression
+    (f"{B}{{\\frac{{\\pi}}{{2}}}}", "\\frac{\\pi}{2}", 1.0),
+    (f"{B}{{\\frac{{6}}{{8}}}}", "0.75", 1.0),  # an unreduced fraction is still a number
     # near-misses
     (f"{B}{{(1,2]}}", "[1,2)", 0.0),
     (f"{B}{{(2,1)}}", "(1, 2)", 0.0),
@@ -75,6 +82,7 @@ MATH_TABLE = [
     (f"{B}{{6.28}}", "2\\pi", 0.0),
     (f"{B}{{51\\%}}", "0.5", 0.0),
     (f"{B}{{85}}\n{B}{{84}}", "85", 0.0),
+    ("$\\frac{1}{2}$", "\\frac{1}{2}", 0.0),  # no box and no final-answer statement
     (f"7+8=15\n4+3+1=8\n{B}{{58}}", "85", 0.0),
     ("", "85", 0.0),
 ]
@@ -204,3 +212,69 @@ def test_shaped_reward_is_the_weighted_sum_of_its_components():
     total, parts = shaped_rewards(correct, fmt, None, weights)
     torch.testing.assert_close(total, torch.tensor([1.2, 0.2, 0.5]))
     assert set(parts) == {"correct", "format"}
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        ("85", "85"),
+        ("-7", "-7"),
+        ("1,000", "1,000"),
+        ("1{,}000", "1{,}000"),
+        ("0.75", "0.75"),
+        (".5", ".5"),
+        ("\\frac{3}{4}", "\\frac{3}{4}"),
+        ("\\dfrac34", "\\dfrac34"),
+        ("3/4", "3/4"),
+        ("50\\%", "50\\%"),
+        ("4.5\\times10^{33}", "4.5\\times10^{33}"),
+        ("4.5e33", "4.5e33"),
+        ("10^3", "10^3"),
+        ("x = 3", "3"),
+        ("\\$5", "5"),
+        ("90^\\circ", "90"),
+        ("5 \\text{ cm}", "5"),
+        ("\\text{85}", "85"),
+        ("85 apples", "85"),
+        ("\\textbf{85}", "85"),
+        # expressions, hedges, lists: not numbers
+        ("47+38", None),
+        ("6 \\times 7", None),
+        ("84 \\div 2", None),
+        ("2^{10}", None),
+        ("84/2", None),  # an integer in disguise
+        ("\\frac{84}{2}", None),
+        ("\\frac{1}{0}", None),
+        ("85 = 47+38", None),
+        ("84 or 85", None),
+        ("84, 85", None),
+        ("\\sqrt{2}", None),
+        ("", None),
+    ],
+)
+def test_numeral(text, number):
+    assert numeral(text) == number
+
+
+def test_a_gold_fraction_that_reduces_is_still_a_number():
+    assert numeral("\\frac{4}{2}", reduced=False) == "\\frac{4}{2}"
+    assert gold_is_number("\\frac{4}{2}") and gold_is_number("4.5e33")
+    assert not gold_is_number("2\\pi") and not gold_is_number("[1,2)")
+
+
+@pytest.mark.parametrize(
+    ("completion", "span"),
+    [
+        ("\\boxed{85}", "85"),
+        ("\\boxed{84} then \\boxed{85}", None),  # boxes that disagree
+        ("\\boxed{\\frac{66}{6}} = \\boxed{11}", "11"),  # boxes of one value
+        ("\\boxed{\\boxed{7}}", "\\boxed{7}"),  # a nested box is part of the outer one
+        ("\\boxed{85", None),  # unterminated
+        ("The answer is 85.", "85"),
+        ("The final answer is: $\\frac{1}{2}$.", "\\frac{1}{2}"),
+        ("Answer: 12\nThe answer is 13", "13"),  # the last statement
+        ("We get 85.", None),  # no anchor, no box
+    ],
+)
+def test_answer_span(completion, span):
+    assert answer_span(completion) == span

@@ -114,10 +114,12 @@ def test_sft_stops_at_the_first_check_that_reaches_the_target():
     probe_rows, train = rows[:16], rows[16:]
     tok, model = _setup(rows)
     stop = SFTStop(
-        level=1, accuracy=0.05, first=10, every=10, questions=16, samples=4, max_new_tokens=16
+        level=1, accuracy=0.03, first=10, every=10, questions=16, samples=4, max_new_tokens=16
     )
     # Unguided, as the warm start was when this schedule and target were picked: 200 steps of
-    # this model reach only a few percent on level 1, so the target sits close to the curve.
+    # this model reach only a few percent on level 1 (0 to step 60, 1.6% to step 90, 3.1% at
+    # step 100, 4.7% at 200: boxed answers only; a malformed box scored by math-verify's
+    # fallback once counted too), so the target sits close to the curve.
     sft = SFTParams(
         steps=200,
         batch_size=16,
@@ -129,7 +131,7 @@ def test_sft_stops_at_the_first_check_that_reaches_the_target():
     out = _warm(model, tok, train, sft, _probe(probe_rows, stop))
     assert out.reached is True
     *before, last = out.checks
-    assert last["accuracy"] >= 0.05 and all(c["accuracy"] < 0.05 for c in before)
+    assert last["accuracy"] >= 0.03 and all(c["accuracy"] < 0.03 for c in before)
     assert out.steps == last["step"] < 200  # stopped there, long before the last step
     assert [c["step"] for c in out.checks] == list(range(10, out.steps + 1, 10))
     assert not model.training

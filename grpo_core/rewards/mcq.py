@@ -1,6 +1,8 @@
 """The multiple-choice verifier: the letter of the last `Answer: X` line (options A-J),
 `\\boxed{X}` as a fallback, the convention of common eval harnesses (simple-evals,
-lm-evaluation-harness); a reply that names two letters ("Answer: A or B") is wrong.
+lm-evaluation-harness). A reply that names two letters ("Answer: A or B"), lists them
+("Answer: A B C D", "Answer: A) 5 B) 6 C) 7") or boxes several is wrong: listing every option
+must never be credited more often than a single guess.
 """
 
 from __future__ import annotations
@@ -19,11 +21,19 @@ _LEADING_LETTER = re.compile(rf"^{_WRAPPER}([{LETTERS}])(?![A-Za-z0-9])")
 # A second option named as an alternative: "A or B", "A, C", "A/B", "A and D".
 _BOXED_LETTER = re.compile(rf"{_WRAPPER}([{LETTERS}])[\s)\]}}*_$`.]*")
 _SECOND_LETTER = re.compile(rf"^[\s)\]}}*_$`.]*(?:,|/|&|\bor\b|\band\b)\s*{_WRAPPER}[{LETTERS}]\b")
+# The rest of the line is only more letters ("A B C D", "A. B. C."), or names another option
+# by its marker ("A) 5 B) 6"): the reply lists options instead of choosing one.
+_SEP = r"[\s.,;:/&|*_$`()\[\]{}-]"
+_ONLY_LETTERS = re.compile(
+    rf"^(?:{_SEP}+(?:(?:or|and)\b{_SEP}*)?[{LETTERS}](?![A-Za-z0-9]))+{_SEP}*$"
+)
+_MARKER = re.compile(rf"(?<![A-Za-z0-9])\(?[{LETTERS}]\)")
 
 
 def _letter(text: str) -> str | None:
     m = _LEADING_LETTER.match(text)
-    if m is None or _SECOND_LETTER.match(text[m.end() :]):
+    rest = text[m.end() :] if m else ""
+    if m is None or _SECOND_LETTER.match(rest) or _ONLY_LETTERS.match(rest) or _MARKER.search(rest):
         return None
     return m.group(1)
 

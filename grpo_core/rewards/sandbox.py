@@ -14,7 +14,9 @@ What the program gets, when the caller is root (the training machines, CI):
     first process ends or is killed, the kernel kills every process it started, including
     those that called setsid or double-forked. Its work dir, /tmp, /var/tmp, /dev/shm and
     /run/lock are private tmpfs mounts of `disk_mb` each, gone with the run; `hidden_paths`
-    (by default this checkout, which holds the dataset and its gold answers) are covered by
+    (by default `default_hidden_paths()`: this checkout and the caller's working directory,
+    which hold the dataset and its gold answers, a DVC cache configured outside them, and the
+    Hugging Face caches, which hold downloaded benchmarks and their tests) are covered by
     empty ones.
     Without namespaces (a container without CAP_SYS_ADMIN) a warning is logged once, leftover
     processes are killed by uid (kill(-1) as that uid), and files it left in those directories
@@ -82,10 +84,47 @@ class SandboxLimits:
     max_output_bytes: int = 1 << 20  # stdout + stderr; also the channel, and each file
     max_processes: int = 16
     disk_mb: int = 64  # each private tmpfs (work dir, /tmp, /dev/shm...), root with namespaces
-    # Directories it must not read (root with namespaces): by default this checkout, which holds
-    # the dataset with its gold answers.
-    hidden_paths: tuple[str, ...] = (str(PROJECT_ROOT),)
+    # Directories it must not read (root with namespaces); None: `default_hidden_paths()`.
+    hidden_paths: tuple[str, ...] | None = None
     namespaces: bool = True  # False: never use them, even where available (tests)
+
+
+def _dvc_cache_dirs(repo: Path) -> list[str]:
+    """The `[cache] dir` of a DVC repo's config files, resolved as DVC does (relative to
+    .dvc/); a cache inside the repo is hidden with it."""
+    found = []
+    for name in ("config", "config.local"):
+        path = repo / ".dvc" / name
+        if not path.is_file():
+            continue
+        section = ""
+        for line in path.read_text(errors="ignore").splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                section = line.strip("[]'\" ").lower()
+            elif section == "cache" and line.partition("=")[0].strip() == "dir":
+                found.append(str((path.parent / line.partition("=")[2].strip()).resolve()))
+    return found
+
+
+def default_hidden_paths() -> tuple[str, ...]:
+    """Where gold answers and tests lie on a training machine: this checkout, the working
+    directory (the DVC repo the stages run in, when grpo_core is installed elsewhere), its DVC
+    cache wherever it is configured, and the Hugging Face hub and datasets caches."""
+    cwd = Path.cwd()
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    paths = [str(PROJECT_ROOT), str(cwd), *_dvc_cache_dirs(cwd), str(home)]
+    for var in ("HF_DATASETS_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            paths.append(os.environ[var])
+    # Never the interpreter's standard library (a Python installed under the repo or home):
+    # the program and its harness import from it after the paths are hidden.
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    return tuple(
+        p
+        for p in dict.fromkeys(os.path.abspath(p) for p in paths)
+        if not stdlib.startswith(p.rstrip(os.sep) + os.sep)
+    )
 
 
 @dataclass(frozen=True)
@@ -133,7 +172,14 @@ def run_python(
                 "max_file_bytes": limits.max_output_bytes,
                 "max_processes": limits.max_processes,
                 "disk_bytes": limits.disk_mb << 20,
-                "hidden_paths": [os.path.abspath(p) for p in limits.hidden_paths],
+                "hidden_paths": [
+                    os.path.abspath(p)
+                    for p in (
+                        default_hidden_paths()
+                        if limits.hidden_paths is None
+                        else limits.hidden_paths
+                    )
+                ],
             }
             result, clean = _run(config, work, stdin, limits, channel)
         finally:

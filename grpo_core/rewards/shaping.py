@@ -11,16 +11,16 @@ import torch
 
 from grpo_core.errors import InputError
 from grpo_core.rewards.code import defines, extract_program, parse_code_answer
-from grpo_core.rewards.math import last_boxed
+from grpo_core.rewards.math import boxed_answer
 from grpo_core.rewards.mcq import mcq_answer
 
 
 def format_reward(domain: str, completion: str, answer: str) -> float:
     """1.0 if the completion gives its answer in the form the domain expects: a closed
-    `\\boxed{}` (math), one `Answer: X` letter (mcq), a program that parses and defines the
-    entry point (code). Says nothing about correctness."""
+    `\\boxed{}`, every box agreeing (math), one `Answer: X` letter (mcq), a program that
+    parses and defines the entry point (code). Says nothing about correctness."""
     if domain == "math":
-        return float(last_boxed(completion) is not None)
+        return float(boxed_answer(completion) is not None)
     if domain == "mcq":
         return float(mcq_answer(completion) is not None)
     if domain == "code":

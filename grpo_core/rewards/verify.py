@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from grpo_core.errors import InputError
 from grpo_core.rewards.code import CodeRewardConfig, code_rewards, parse_code_answer
-from grpo_core.rewards.math import last_boxed, math_reward, parse_gold
+from grpo_core.rewards.math import answer_span, math_reward, parse_gold
 from grpo_core.rewards.mcq import gold_letter, mcq_answer, mcq_reward
 
 # Per-completion verifiers: (completion, gold answer) -> reward in [0, 1].
@@ -79,10 +79,11 @@ def check_gold(problem: dict) -> None:
 
 
 def final_answer(domain: str, completion: str) -> str | None:
-    """The answer a completion commits to, as a vote for maj@k: the last boxed expression
-    (whitespace removed), the option letter, or None (no answer; code has no vote)."""
+    """The answer a completion commits to, as a vote for maj@k: the math answer as the
+    verifier reads it (its box or final-answer statement, whitespace removed), the option
+    letter, or None (no answer; code has no vote)."""
     if domain == "math":
-        ans = last_boxed(completion)
+        ans = answer_span(completion)
         return None if ans is None else re.sub(r"\s+", "", ans)
     if domain == "mcq":
         return mcq_answer(completion)
