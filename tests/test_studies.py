@@ -136,7 +136,9 @@ TINY_STUDY = {
             "id": "longer-is-better",
             "claim": "two steps beat one",
             "paper": "-",
-            "checks": [{"variant": "long", "baseline": "short", "expect": "better"}],
+            "checks": [
+                {"variant": "long", "baseline": "short", "expect": "better", "effect": 0.02}
+            ],
         }
     ],
 }

@@ -7,11 +7,16 @@ enter "all"). Per seed s, with d = 0.10, 0.12, 0.14 for s = 0, 1, 2:
 - So new - grpo = d at every level: mean 0.12, sd 0.02, sem 0.02 / sqrt(3) = 0.011547,
   half width t(0.975, 2) = 4.302653 x 0.011547 = 0.049683 -> +12.0 [+7.0, +17.0] points;
   new - base at level 1 = 0.1 + d -> +22.0 [+17.0, +27.0].
+  With a smallest effect of interest of 5 points both are reproduced (lo > 0), not smaller
+  than it (hi > 5 points).
 - dynamics.tokens.logp_incorrect of new: first -1, last -0.9, -0.8, -0.7 -> last - first
-  0.1, 0.2, 0.3: mean 0.2, half width 0.248414 -> [-0.04841, +0.4484], inconclusive.
+  0.1, 0.2, 0.3: mean 0.2, sd 0.1, half width 0.248414 -> [-0.04841, +0.4484]: holds 0 and
+  the effect of interest 0.1, inconclusive. Decided once the half width drops below
+  max(0.2, 0.1 - 0.2) = 0.2: t(0.975, n-1) x 0.1 / sqrt(n) is 0.248 at n = 3, 0.159 at n = 4.
 - dynamics.weights.rel_update: new 0.020, 0.021, 0.022, grpo 0.010 -> 0.010, 0.011, 0.012:
   mean 0.011, half width 4.302653 x 0.001 / sqrt(3) = 0.002484 -> [+0.008516, +0.01348],
-  above 0 where the claim expects "worse": contradicted.
+  wholly above 0 where the claim expects "worse": contradicted; so is the claim.
+- The precondition (base accuracy at level 1 below 0.5) holds: 0.4.
 """
 
 import json
@@ -46,8 +51,21 @@ def study_yaml(seeds: list[int], dynamics: list[str]) -> dict:
                 "claim": "new trains to a higher accuracy than grpo",
                 "paper": "+3.8 points",
                 "checks": [
-                    {"variant": "new", "baseline": "grpo", "level": "all", "expect": "better"},
-                    {"variant": "new", "baseline": "base", "level": 1, "expect": "better"},
+                    {
+                        "variant": "new",
+                        "baseline": "grpo",
+                        "level": "all",
+                        "expect": "better",
+                        "effect": 0.05,
+                        "why": "the paper's +3.8, rounded",
+                    },
+                    {
+                        "variant": "new",
+                        "baseline": "base",
+                        "level": 1,
+                        "expect": "better",
+                        "effect": 0.05,
+                    },
                 ],
             },
             {
@@ -59,16 +77,27 @@ def study_yaml(seeds: list[int], dynamics: list[str]) -> dict:
                         "variant": "new",
                         "metric": "dynamics.tokens.logp_incorrect",
                         "expect": "better",
+                        "effect": 0.1,
                     },
                     {
                         "variant": "new",
                         "baseline": "grpo",
                         "metric": "dynamics.weights.rel_update",
                         "expect": "worse",
+                        "effect": 0.005,
                     },
                 ],  # fmt: skip
             },
         ],
+        "preconditions": [
+            {
+                "what": "the base is far from solving level 1",
+                "variant": "base",
+                "level": 1,
+                "below": 0.5,
+                "claims": ["new-beats-grpo"],
+            },
+        ],  # fmt: skip
     }
 
 
@@ -89,6 +118,7 @@ def write_questions(folder, variant: str, seed: int) -> None:
             "level": pa.array(list(LEVELS.values()), pa.int64()),
             "accuracy": [acc[q] for q in LEVELS],
             "greedy": pa.array([None] * 5, pa.float64()),
+            "samples": [4] * 5,
         }
     )
     pq.write_table(table, folder / "questions.parquet")
@@ -143,14 +173,18 @@ def make_study(root, name: str = "demo", seeds=(0, 1, 2), dynamics=("grpo", "new
     return study_dir
 
 
-NEW_GRPO = "new − grpo overall: +12.0 [+7.0, +17.0] pts, 3 seeds → holds"
-NEW_BASE = "new − base at level 1: +22.0 [+17.0, +27.0] pts, 3 seeds → holds"
+BETTER = "expected better, smallest effect of interest"
+NEW_GRPO = f"new − grpo overall: +12.0 [+7.0, +17.0] pts ({BETTER} 5.0 pts), 3 seeds → reproduced"
+NEW_BASE = (
+    f"new − base at level 1: +22.0 [+17.0, +27.0] pts ({BETTER} 5.0 pts), 3 seeds → reproduced"
+)
 LOGP = (
-    "new dynamics.tokens.logp_incorrect (last − first): +0.2 [-0.04841, +0.4484], 3 seeds "
-    "→ inconclusive"
+    "new dynamics.tokens.logp_incorrect (last − first): +0.2 [-0.04841, +0.4484] "
+    f"({BETTER} 0.1), 3 seeds → inconclusive (about 4 seeds would decide it)"
 )
 REL_UPDATE = (
-    "new − grpo dynamics.weights.rel_update: +0.011 [+0.008516, +0.01348], 3 seeds → contradicted"
+    "new − grpo dynamics.weights.rel_update: +0.011 [+0.008516, +0.01348] (expected worse, "
+    "smallest effect of interest 0.005), 3 seeds → contradicted (wholly on the other side of 0)"
 )
 
 
@@ -184,14 +218,28 @@ def test_report_tables_verdicts_figures_and_summary(tmp_path):
     # Verdicts first, then accuracy, differences, cost, dynamics, figures, what was cut.
     heads = [line for line in lines if line.startswith("## ")]
     assert [h.split(" (")[0] for h in heads] == [
-        "## Cells", "## Method", "## Verdicts", "## Accuracy", "## Paired differences",
+        "## Cells", "## Method", "## Preconditions", "## Verdicts",
+        "## Precision: what the seeds can detect", "## Accuracy", "## Paired differences",
         "## Cost", "## Dynamics", "## Figures", "## What was cut",
     ]  # fmt: skip
     assert (
         "| `new-beats-grpo` | new trains to a higher accuracy than grpo | +3.8 points | "
         f"{NEW_GRPO}; {NEW_BASE} | **reproduced** |"
     ) in lines
-    assert f"| {LOGP}; {REL_UPDATE} | **not reproduced** |" in text
+    assert f"| {LOGP}; {REL_UPDATE} | **contradicted (wholly on the other side of 0)** |" in text
+    assert (
+        "- the base is far from solving level 1: base accuracy at level 1 = 0.4 (needs < 0.5; "
+        "mean of 3 seeds) → holds"
+    ) in lines
+    # detectable with 80% power: (4.302653 + 1.060660) x 0.02 / sqrt(3) = 6.19 points; the
+    # spread between seeds is the sd of d, 2 points. Eval noise of a seed's difference, k = 4:
+    # sum over q1-q4 of p(1-p)/3 for new and grpo, / 4^2; at seed 0 (new 0.6, 0.3; grpo 0.5,
+    # 0.2) 2 x (0.08 + 0.07 + 0.083333 + 0.053333) / 16 = 0.035833, at seeds 1 and 2 0.035967
+    # and 0.036033: root mean square sqrt(0.035944) = 0.18959, 19.0 points.
+    assert (
+        "| new − grpo overall | 5.0 pts | 6.2 pts | 2.0 pts | 19.0 pts | 3 | "
+        "the paper's +3.8, rounded |"
+    ) in lines
     # Accuracy: q5 (level 3) is not in "all"; a constant one has a point interval.
     assert "| base | 40.0 [40.0, 40.0] | 10.0 [10.0, 10.0] | 25.0 [25.0, 25.0] |" in lines
     assert "| new | 62.0 [57.0, 67.0] | 32.0 [27.0, 37.0] | 47.0 [42.0, 52.0] |" in lines
@@ -210,8 +258,8 @@ def test_report_tables_verdicts_figures_and_summary(tmp_path):
         in lines
     )
     # Cost: means over seeds; compute is 3 x 60 s + 3 x 90 s.
-    assert "| grpo (baseline) | 3 | 4 | 64 | 0:50 | 1:00 |" in lines
-    assert "| new | 3 | 4 | 64 | 1:10 | 1:30 |" in lines
+    assert "| grpo (baseline) | 3 | 4 | 64 | – | 0:50 | 1:00 |" in lines
+    assert "| new | 3 | 4 | 64 | – | 1:10 | 1:30 |" in lines
     assert "Compute: 7:30" in text
     assert "| new | 0.021 | 0.5 | -0.5 → -0.3 | -1 → -0.8 | 0.1 → 0.3 |" in lines
     assert "- Fewer steps than the paper." in lines
@@ -222,13 +270,19 @@ def test_report_tables_verdicts_figures_and_summary(tmp_path):
     }  # fmt: skip
     assert summary["wall_s_total"] == 450.0
     first, second = summary["claims"]
-    assert (first["verdict"], second["verdict"]) == ("reproduced", "not reproduced")
+    assert (first["verdict"], second["verdict"]) == ("reproduced", "contradicted")
+    assert second["note"] == "wholly on the other side of 0"
+    assert summary["preconditions"][0]["holds"] is True
     check = first["checks"][0]
     assert (check["mean"], check["lo"], check["hi"]) == pytest.approx(
         (0.12, 0.12 - 0.049683, 0.12 + 0.049683), abs=1e-6
     )
-    assert (check["n"], check["outcome"], check["text"]) == (3, "holds", NEW_GRPO)
+    assert (check["n"], check["outcome"], check["text"]) == (3, "reproduced", NEW_GRPO)
+    assert check["detectable"] == pytest.approx(0.0619, abs=1e-4)
+    assert check["eval_noise"] == pytest.approx(0.18959, abs=1e-5)
+    assert check["seed_spread"] == pytest.approx(0.02)
     assert [c["outcome"] for c in second["checks"]] == ["inconclusive", "contradicted"]
+    assert second["checks"][0]["seeds_to_decide"] == 4
     assert second["checks"][0]["level"] is None
 
 
@@ -240,17 +294,20 @@ def test_a_missing_cell_is_listed_and_left_out(tmp_path):
     assert "5 / 6 cells done" in text
     assert "Missing: `new-2`." in text
     # d = 0.10, 0.12: mean 0.11, sem 0.01, half width t(0.975, 1) = 12.7062 x 0.01
-    assert "new − grpo overall: +11.0 [-1.7, +23.7] pts, 2 seeds → inconclusive" in text
-    assert "| new | 2 | 4 | 64 | 1:10 | 1:30 |" in text
+    assert f"new − grpo overall: +11.0 [-1.7, +23.7] pts ({BETTER} 5.0 pts), 2 seeds" in text
+    assert "| new | 2 | 4 | 64 | – | 1:10 | 1:30 |" in text
 
 
 def test_one_seed_is_inconclusive(tmp_path):
     study_dir = make_study(tmp_path, "solo", seeds=(0,), dynamics=())
     md = write_report(study_dir, tmp_path / "reports")
     text = md.read_text()
-    assert "new − grpo overall: +10.0 (n=1) pts, 1 seed → inconclusive" in text
+    assert (
+        f"new − grpo overall: +10.0 (n=1) pts ({BETTER} 5.0 pts), 1 seed → inconclusive "
+        "(1 seed: no interval)"
+    ) in text
     verdicts = [line.split(" | ")[-1] for line in text.splitlines() if line.startswith("| `")]
-    assert verdicts == ["**inconclusive** |", "**inconclusive** |"]
+    assert verdicts == ["**inconclusive (1 seed: no interval)** |"] * 2
     assert not (tmp_path / "reports" / "solo" / "dynamics.png").exists()
     summary = json.loads((tmp_path / "reports" / "solo" / "summary.json").read_text())
     assert [c["verdict"] for c in summary["claims"]] == ["inconclusive", "inconclusive"]
@@ -270,8 +327,10 @@ def test_findings_gather_every_report(tmp_path):
     assert lines[0] == "# Findings"
     assert any("python -m stages.study_report findings" in line for line in lines[:4])
     assert (
-        "4 claims: 1 reproduced, 1 not reproduced, 2 inconclusive, over studies demo, solo; "
-        "each with ≥1 training seeds."
+        "4 claims: 1 reproduced, 0 no effect, 1 contradicted, 2 inconclusive, 0 not testable "
+        "here, over studies demo, solo; each with ≥1 training seeds. A verdict says what the 95% "
+        "interval rules in or out against the claim's smallest effect of interest "
+        "(docs/studies.md#the-statistics)."
     ) in lines
     assert (
         "| [demo](../reports/demo.md) | new trains to a higher accuracy than grpo | +3.8 points | "
@@ -279,3 +338,33 @@ def test_findings_gather_every_report(tmp_path):
     ) in lines
     rows = [line for line in lines if line.startswith("| [")]
     assert [r.split("]")[0] for r in rows] == ["| [demo", "| [demo", "| [solo", "| [solo"]
+
+
+def test_a_failed_precondition_makes_its_claims_not_testable(tmp_path):
+    study_dir = make_study(tmp_path)
+    spec = yaml.safe_load((study_dir / "study.yaml").read_text())
+    spec["preconditions"][0]["below"] = 0.3  # the base's 0.4 at level 1 now fails it
+    (study_dir / "study.yaml").write_text(yaml.safe_dump(spec))
+    write_report(study_dir, tmp_path / "reports")
+    summary = json.loads((tmp_path / "reports" / "demo" / "summary.json").read_text())
+    first, second = summary["claims"]
+    assert first["verdict"] == "not testable here"
+    assert first["note"] == (
+        "the base is far from solving level 1: base accuracy at level 1 = 0.4 (needs < 0.3; "
+        "mean of 3 seeds) → fails"
+    )
+    assert first["checks"][0]["outcome"] == "reproduced"  # the numbers are still shown
+    assert second["verdict"] == "contradicted"  # a claim it does not guard keeps its verdict
+
+
+def test_findings_show_the_verdicts_before_beside_the_new(tmp_path):
+    reports = tmp_path / "reports"
+    write_report(make_study(tmp_path), reports)
+    (reports / "verdicts-before.json").write_text(
+        json.dumps({"demo/new-beats-grpo": "inconclusive"})
+    )
+    lines = write_findings(reports, tmp_path / "docs" / "findings.md").read_text().splitlines()
+    assert "| study | claim | paper's number | ours | verdict | verdict before | rerun |" in lines
+    rows = [line for line in lines if line.startswith("| [")]
+    assert rows[0].endswith("| **reproduced** | inconclusive | `dvc repro studies/demo/dvc.yaml` |")
+    assert rows[1].endswith("| – | `dvc repro studies/demo/dvc.yaml` |")

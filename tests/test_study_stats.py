@@ -5,11 +5,19 @@ import math
 import pytest
 
 from grpo_core.studies.stats import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    NO_EFFECT,
+    NOT_TESTABLE,
+    REPRODUCED,
     Interval,
+    Outcome,
     check_outcome,
+    detectable_effect,
     paired_differences,
     paired_interval,
     seed_means,
+    seeds_to_decide,
     t_interval,
     verdict,
 )
@@ -39,27 +47,27 @@ def test_one_value_has_no_interval_and_no_verdict():
     iv = t_interval([0.3])
     assert (iv.mean, iv.n) == (0.3, 1)
     assert math.isnan(iv.lo) and math.isnan(iv.hi)
-    for expect in ("better", "worse", "equal"):
-        assert check_outcome(iv, expect, 0.02) == "inconclusive"
+    for expect in ("better", "worse", "different", "equal"):
+        assert check_outcome(iv, expect, 0.02) == Outcome(INCONCLUSIVE, "1 seed: no interval")
     assert iv.fmt(signed=True) == "+30.0 (n=1)"
 
 
 def test_no_values():
     iv = t_interval([])
     assert iv.n == 0 and math.isnan(iv.mean) and math.isnan(iv.lo)
-    assert check_outcome(iv, "better", 0.02) == "inconclusive"
+    assert check_outcome(iv, "better", 0.02).verdict == INCONCLUSIVE
 
 
-def test_zero_variance_gives_a_point_interval():
+def test_zero_variance_gives_a_point_interval_which_no_verdict_accepts():
     iv = t_interval([0.3, 0.3, 0.3])
     assert iv.n == 3
     assert (iv.mean, iv.lo, iv.hi) == pytest.approx((0.3, 0.3, 0.3))
-    assert check_outcome(iv, "better", 0.02) == "holds"
+    refused = Outcome(INCONCLUSIVE, "identical at every seed: a zero-width interval is refused")
+    for expect in ("better", "worse", "different", "equal"):
+        assert check_outcome(iv, expect, 0.02) == refused
     zero = t_interval([0.0, 0.0, 0.0])
     assert (zero.lo, zero.hi) == (0.0, 0.0)
-    assert check_outcome(zero, "better", 0.02) == "contradicted"  # hi <= 0
-    assert check_outcome(zero, "worse", 0.02) == "contradicted"  # lo >= 0
-    assert check_outcome(zero, "equal", 0.02) == "holds"
+    assert check_outcome(zero, "equal", 0.02) == refused  # not "equal within 2 points"
 
 
 def test_fmt_in_points():
@@ -107,48 +115,123 @@ def test_paired_interval_is_t_over_the_seeds_differences():
     assert paired_interval(A, B, {"q3"}).n == 0
 
 
-@pytest.mark.parametrize(
-    ("lo", "hi", "expect", "outcome"),
-    [
-        (0.01, 0.05, "better", "holds"),
-        (-0.05, -0.01, "better", "contradicted"),
-        (-0.05, 0.0, "better", "contradicted"),
-        (0.0, 0.05, "better", "inconclusive"),
-        (-0.01, 0.05, "better", "inconclusive"),
-        (-0.05, -0.01, "worse", "holds"),
-        (0.01, 0.05, "worse", "contradicted"),
-        (0.0, 0.05, "worse", "contradicted"),
-        (-0.05, 0.0, "worse", "inconclusive"),
-        (-0.01, 0.05, "worse", "inconclusive"),
-        (-0.01, 0.01, "equal", "holds"),
-        (-0.02, 0.02, "equal", "holds"),
-        (0.03, 0.05, "equal", "contradicted"),
-        (-0.05, -0.03, "equal", "contradicted"),
-        (-0.01, 0.03, "equal", "inconclusive"),
-        (-0.05, 0.05, "equal", "inconclusive"),
-        (0.02, 0.05, "equal", "inconclusive"),
-    ],
-)
-def test_check_outcome(lo, hi, expect, outcome):
-    assert check_outcome(Interval((lo + hi) / 2, lo, hi, 3), expect, 0.02) == outcome
+# Smallest effect of interest E = 0.05 (5 points). Each row: the 95% interval, the claim's
+# direction, and the verdict the rules give, worked out by hand from the rule quoted.
+E = 0.05
+VERDICT_TABLE = [
+    # better: reproduced when lo > 0 ...
+    (0.06, 0.10, "better", REPRODUCED, ""),
+    # ... and "smaller" when the interval also lies below E
+    (0.01, 0.04, "better", REPRODUCED, "smaller than the smallest effect of interest"),
+    # no effect: holds 0, inside [-E, E]
+    (-0.03, 0.04, "better", NO_EFFECT, ""),
+    (-0.05, 0.05, "better", NO_EFFECT, ""),
+    # contradicted: hi < E, rules out the effect (lo beyond -E, so not "no effect") ...
+    (-0.09, 0.03, "better", CONTRADICTED, "rules out the smallest effect of interest"),
+    # ... or wholly below 0
+    (-0.09, -0.01, "better", CONTRADICTED, "wholly on the other side of 0"),
+    (-0.04, -0.01, "better", CONTRADICTED, "wholly on the other side of 0"),
+    # inconclusive: holds 0 and E
+    (-0.01, 0.08, "better", INCONCLUSIVE, None),
+    (-0.09, 0.08, "better", INCONCLUSIVE, None),
+    # worse mirrors better
+    (-0.10, -0.06, "worse", REPRODUCED, ""),
+    (-0.04, -0.01, "worse", REPRODUCED, "smaller than the smallest effect of interest"),
+    (-0.04, 0.03, "worse", NO_EFFECT, ""),
+    (-0.03, 0.09, "worse", CONTRADICTED, "rules out the smallest effect of interest"),
+    (0.01, 0.09, "worse", CONTRADICTED, "wholly on the other side of 0"),
+    (-0.08, 0.01, "worse", INCONCLUSIVE, None),
+    # different: two-sided; reproduced on either side of 0
+    (0.06, 0.10, "different", REPRODUCED, ""),
+    (-0.10, -0.06, "different", REPRODUCED, ""),
+    (-0.04, -0.01, "different", REPRODUCED, "smaller than the smallest effect of interest"),
+    (-0.03, 0.02, "different", NO_EFFECT, ""),
+    (-0.03, 0.09, "different", INCONCLUSIVE, None),
+    # equal: inside [-E, E]; wholly outside; else inconclusive
+    (-0.04, 0.03, "equal", REPRODUCED, ""),
+    (0.06, 0.09, "equal", CONTRADICTED, "the interval lies outside the margin"),
+    (-0.09, -0.06, "equal", CONTRADICTED, "the interval lies outside the margin"),
+    (-0.02, 0.07, "equal", INCONCLUSIVE, None),
+]
 
 
-def test_check_outcome_refuses_an_unknown_expectation():
+@pytest.mark.parametrize(("lo", "hi", "expect", "verdict", "note"), VERDICT_TABLE)
+def test_check_outcome(lo, hi, expect, verdict, note):
+    outcome = check_outcome(Interval((lo + hi) / 2, lo, hi, 3), expect, E)
+    assert outcome.verdict == verdict
+    if note is not None:
+        assert outcome.note == note
+    else:
+        assert outcome.note.endswith("would decide it")
+
+
+def test_the_table_reaches_every_branch():
+    reached = {(expect, verdict) for *_, expect, verdict, _ in VERDICT_TABLE}
+    for expect in ("better", "worse"):
+        assert {v for e, v in reached if e == expect} == {
+            REPRODUCED,
+            NO_EFFECT,
+            CONTRADICTED,
+            INCONCLUSIVE,
+        }
+    assert {v for e, v in reached if e == "different"} == {REPRODUCED, NO_EFFECT, INCONCLUSIVE}
+    assert {v for e, v in reached if e == "equal"} == {REPRODUCED, CONTRADICTED, INCONCLUSIVE}
+
+
+def test_a_two_sided_claim_is_tested_two_sided():
+    """A difference that lies below 0 reproduces "different", but contradicts "better"."""
+    iv = Interval(-0.08, -0.1, -0.06, 3)
+    assert check_outcome(iv, "different", E).verdict == REPRODUCED
+    assert check_outcome(iv, "better", E).verdict == CONTRADICTED
+
+
+def test_check_outcome_refuses_an_unknown_expectation_or_effect():
     with pytest.raises(ValueError, match="unknown expectation"):
         check_outcome(Interval(0.0, -0.1, 0.1, 3), "larger", 0.02)
+    with pytest.raises(ValueError, match="smallest effect of interest must be > 0"):
+        check_outcome(Interval(0.0, -0.1, 0.1, 3), "better", 0.0)
+
+
+def test_detectable_effect_by_hand():
+    # values 0.1, 0.2, 0.3: sd 0.1, n 3; (t_0.975,2 + t_0.8,2) * 0.1 / sqrt(3)
+    # t_0.8,2 = 1.060660 (tables): (4.302653 + 1.060660) * 0.057735 = 0.309655
+    iv = t_interval([0.1, 0.2, 0.3])
+    assert detectable_effect(iv) == pytest.approx(0.309655, abs=1e-5)
+    assert math.isnan(detectable_effect(t_interval([0.1])))
+
+
+def test_seeds_to_decide_by_hand():
+    # mean 0.02, sd 0.03 (values 0.02 +- 0.03 at 3 seeds: 0.02-0.03*sqrt(3)/... use the sd
+    # the interval implies). For "better" with E = 0.05: h* = max(0.02, 0.03) = 0.03, and
+    # t_0.975,n-1 * 0.03 / sqrt(n) < 0.03 first at n = 7 (2.446912 / sqrt(7) = 0.924843;
+    # n = 6: 2.570582 / sqrt(6) = 1.049436).
+    sd, n = 0.03, 3
+    half = T2 * sd / math.sqrt(n)
+    iv = Interval(0.02, 0.02 - half, 0.02 + half, n)
+    assert seeds_to_decide(iv, "better", 0.05) == 7
+    outcome = check_outcome(iv, "better", 0.05)
+    assert outcome == Outcome(INCONCLUSIVE, "about 7 seeds would decide it", 7)
+    # "equal" within 0.05: h* = |0.05 - 0.02| = 0.03, the same n
+    assert seeds_to_decide(iv, "equal", 0.05) == 7
 
 
 @pytest.mark.parametrize(
-    ("outcomes", "expected"),
+    ("verdicts", "expected"),
     [
-        ([], "inconclusive"),
-        (["holds"], "reproduced"),
-        (["holds", "holds"], "reproduced"),
-        (["holds", "inconclusive"], "inconclusive"),
-        (["inconclusive"], "inconclusive"),
-        (["holds", "contradicted"], "not reproduced"),
-        (["inconclusive", "contradicted"], "not reproduced"),
+        ([], INCONCLUSIVE),
+        ([REPRODUCED], REPRODUCED),
+        ([REPRODUCED, REPRODUCED], REPRODUCED),
+        ([REPRODUCED, INCONCLUSIVE], INCONCLUSIVE),
+        ([REPRODUCED, NO_EFFECT, INCONCLUSIVE], NO_EFFECT),
+        ([NO_EFFECT, CONTRADICTED], CONTRADICTED),
+        ([INCONCLUSIVE, CONTRADICTED, REPRODUCED], CONTRADICTED),
+        ([CONTRADICTED, NOT_TESTABLE], NOT_TESTABLE),
     ],
 )
-def test_verdict(outcomes, expected):
-    assert verdict(outcomes) == expected
+def test_a_claim_takes_its_weakest_checks_verdict(verdicts, expected):
+    assert verdict([Outcome(v) for v in verdicts]).verdict == expected
+
+
+def test_a_reproduced_claim_says_when_it_is_smaller_than_the_paper():
+    small = Outcome(REPRODUCED, "smaller than the smallest effect of interest")
+    assert verdict([Outcome(REPRODUCED), small]) == small

@@ -14,21 +14,27 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from grpo_core.analysis.difficulty import is_correct
 from grpo_core.analysis.evaluation import sample_model, summarize
 from grpo_core.config.core import parse_params
 from grpo_core.config.eval import EvaluateStage
+from grpo_core.config.params import Params
 from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
+from grpo_core.rewards.shaping import format_reward
 from grpo_core.studies.spec import Study, cell_key
 
 STEP_METRICS = "metrics/train/plots/metrics"
+# samples: k of avg@k (for the evaluation's own noise); format: the fraction of the k
+# completions that give their answer in the domain's form (rewards.shaping.format_reward).
 QUESTIONS = pa.schema(
     [("id", pa.string()), ("source", pa.string()), ("domain", pa.string()),
-     ("level", pa.int64()), ("accuracy", pa.float64()), ("greedy", pa.float64())]
+     ("level", pa.int64()), ("accuracy", pa.float64()), ("greedy", pa.float64()),
+     ("samples", pa.int64()), ("format", pa.float64())]
 )  # fmt: skip
 
 
@@ -83,22 +89,27 @@ def run_stage(module: str, ws: Path, root: Path) -> float:
     return time.perf_counter() - start
 
 
-def per_question(sampled: list[dict], greedy: list[dict]) -> pa.Table:
-    """One row per question: avg@k (the mean of its sampled completions' correctness) and
-    its greedy completion's correctness (null without greedy decoding)."""
+def per_question(sampled: list[dict], greedy: list[dict], answers: dict[str, str]) -> pa.Table:
+    """One row per question: avg@k (the mean of its sampled completions' correctness), k, the
+    fraction of them in the answer format (`answers`: the gold answer of each question id,
+    which the code format check reads), and its greedy completion's correctness (null
+    without greedy decoding)."""
     rows: dict[str, dict] = {}
     for r in sampled:
         q = rows.setdefault(
             r["id"],
-            {k: r[k] for k in ("id", "source", "domain", "level")} | {"n": 0, "correct": 0},
+            {k: r[k] for k in ("id", "source", "domain", "level")}
+            | {"n": 0, "correct": 0, "format": 0.0},
         )
         q["n"] += 1
         q["correct"] += int(is_correct(r["reward"]))
+        q["format"] += format_reward(r["domain"], r["completion"], answers[r["id"]])
     best = {r["id"]: float(is_correct(r["reward"])) for r in greedy}
     return pa.Table.from_pylist(
         [
             {**{k: q[k] for k in ("id", "source", "domain", "level")},
-             "accuracy": q["correct"] / q["n"], "greedy": best.get(q["id"])}
+             "accuracy": q["correct"] / q["n"], "greedy": best.get(q["id"]),
+             "samples": q["n"], "format": q["format"] / q["n"]}
             for q in rows.values()
         ],
         schema=QUESTIONS,
@@ -111,14 +122,18 @@ def score(model_dir: Path, split: Path, params: dict, name: str) -> tuple[pa.Tab
     view = parse_params(params, EvaluateStage, "study params")
     problems = read_problems(split).to_pylist()
     sampled, greedy = sample_model(str(model_dir), problems, view, name)
-    return per_question(sampled, greedy), summarize(sampled, view.eval.pass_at, greedy)
+    answers = {p["id"]: p["answer"] for p in problems}
+    return per_question(sampled, greedy, answers), summarize(sampled, view.eval.pass_at, greedy)
 
 
 def accuracy_summary(table: pa.Table) -> dict:
-    """Mean avg@k overall and by level: what `dvc metrics show` lists per cell."""
+    """Mean avg@k overall and by level, and the format rate: what `dvc metrics show` lists per
+    cell."""
     rows = table.to_pylist()
     levels = sorted({r["level"] for r in rows})
     out = {"accuracy": sum(r["accuracy"] for r in rows) / len(rows)}
+    if rows and rows[0].get("format") is not None:
+        out["format_rate"] = sum(r["format"] for r in rows) / len(rows)
     for level in levels:
         sel = [r["accuracy"] for r in rows if r["level"] == level]
         out[f"level{level}"] = sum(sel) / len(sel)
@@ -165,13 +180,29 @@ def keep_cell(ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict) -
         }
         write_json(run, tmp / "run.json")
     rollouts = column(steps_csv, "num_rollouts")
+    guide = guide_rollouts(ws, run["resolved"])
     return {
         **accuracy_summary(table),
         "rollouts": int(sum(rollouts)),
+        "guide_rollouts": guide,
+        "rollouts_total": int(sum(rollouts)) + guide,
         "steps": len(rollouts),
         "wall_s": {k: round(v, 1) for k, v in wall.items()},
         "dynamics": json.loads((ws / "metrics/dynamics.json").read_text()),
     }
+
+
+def guide_rollouts(ws: Path, resolved: dict) -> int:
+    """The rollouts the guide stage sampled for a run that trains on its guides (OC-GRPO's
+    fixed mode): every fraction it tried for a problem costs `guide.samples` completions.
+    0 for any other run: its training rollouts are all it spent."""
+    oc = resolved.get("train", {}).get("oc_grpo", {})
+    if resolved.get("algo") != "oc_grpo" or oc.get("mode") != "fixed":
+        return 0
+    tried = pq.read_table(ws / "data/guides.parquet", columns=["tried"]).column("tried")
+    raw = yaml.safe_load((ws / "params.yaml").read_text())
+    samples = parse_params(raw, Params, str(ws / "params.yaml")).guide.samples
+    return int(sum(len(t) for t in tried.to_pylist()) * samples)
 
 
 # The dynamics tables a cell keeps: the wide per-step ones the report reads

@@ -30,6 +30,7 @@ from grpo_core.studies.results import (
     difference,
     label,
     load_results,
+    precondition_results,
 )
 
 
@@ -63,12 +64,23 @@ def _summary(results: Results, claims: Verdicts) -> dict:
         "cells_expected": len(results.study.cells()),
         "seeds": results.study.seeds,
         "wall_s_total": _wall_total(results),
+        "preconditions": [
+            {
+                "what": p.precondition.what,
+                "value": num(p.value),
+                "n": p.n,
+                "holds": p.holds,
+                "text": p.text,
+            }
+            for p in precondition_results(results)
+        ],
         "claims": [
             {
                 "id": claim.id,
                 "claim": claim.claim,
                 "paper": claim.paper,
-                "verdict": verdict,
+                "verdict": verdict.verdict,
+                "note": verdict.note,
                 "checks": [
                     {
                         "variant": r.check.variant,
@@ -76,12 +88,18 @@ def _summary(results: Results, claims: Verdicts) -> dict:
                         "metric": r.check.metric,
                         "level": r.check.level if r.check.metric == "accuracy" else None,
                         "expect": r.check.expect,
-                        "margin": r.check.margin,
+                        "effect": r.check.effect,
+                        "why": r.check.why,
                         "mean": num(r.interval.mean),
                         "lo": num(r.interval.lo),
                         "hi": num(r.interval.hi),
                         "n": r.interval.n,
-                        "outcome": r.outcome,
+                        "outcome": r.outcome.verdict,
+                        "note": r.outcome.note,
+                        "seeds_to_decide": r.outcome.seeds_to_decide,
+                        "detectable": num(r.detectable),
+                        "seed_spread": num(stats.seed_spread(r.interval)),
+                        "eval_noise": num(r.eval_noise),
                         "text": r.text,
                     }
                     for r in checks
@@ -114,11 +132,22 @@ by seed and question (both evaluated with the same eval seed): per seed the mean
 common questions of variant - baseline, then the t interval over seeds; the base model is
 evaluated at each seed too. A metric other than accuracy is a key of the cells' summaries (a
 first/last pair counts as last - first), taken per seed, minus the baseline's at the same seed
-when the check has one. A check expecting *better* holds when the interval lies above 0 and is
-contradicted when it lies at or below 0; *worse* mirrors it; *equal* holds when the interval
-lies inside [-margin, margin] and is contradicted when it lies wholly outside; anything else,
-and any check with one seed, is inconclusive. A claim is **reproduced** when every check holds,
-**not reproduced** when any is contradicted, else **inconclusive**."""
+when the check has one.
+
+Every check states its direction and its smallest effect of interest E (the paper's size where
+it gives one, translated to the tiny world; otherwise a stated margin). From the 95% interval
+[lo, hi] of the difference, in this order: *better* is **reproduced** when lo > 0 ("smaller
+than the smallest effect of interest" when hi < E too), shows **no effect** when the interval
+holds 0 inside [-E, E], is **contradicted** when hi < E (the interval rules out the claimed
+effect, or lies below 0), and is **inconclusive** otherwise, with the seeds that would decide
+it at the observed mean and spread; *worse* mirrors it. *different* is tested two-sided:
+reproduced when the interval excludes 0, no effect when it holds 0 inside [-E, E]. *equal* is
+reproduced when the interval lies inside [-E, E] and contradicted when it lies wholly outside.
+One seed gives no interval, and a zero-width interval (every seed gave the same value) is
+refused: both are inconclusive. "detectable" is the smallest difference the seeds detect with
+80% power at the observed spread. A claim takes its weakest check's verdict (contradicted, then
+no effect, then inconclusive, then reproduced), and is **not testable here** when one of the
+study's preconditions fails."""
 
 
 def _markdown(results: Results, claims: Verdicts) -> str:
@@ -143,7 +172,20 @@ def _markdown(results: Results, claims: Verdicts) -> str:
     ]
     if results.missing:
         out.append("Missing: " + ", ".join(f"`{k}`" for k in results.missing) + ".")
-    out += ["", "## Method", "", METHOD, "", "## Verdicts", ""]
+    out += [
+        "",
+        "Every cell trains with params.yaml and "
+        + (_overrides(study.params) or "nothing else")
+        + f"; budget: {_overrides(study.budget.model_dump(exclude_none=True))}. Variants:",
+        "",
+    ]
+    out += [f"- `{v}`: {_overrides(o) or 'no overrides'}" for v, o in study.variants.items()]
+    out += ["", "## Method", "", METHOD]
+    pres = precondition_results(results)
+    if pres:
+        out += ["", "## Preconditions", ""]
+        out += [f"- {p.text}" for p in pres]
+    out += ["", "## Verdicts", ""]
     out += _table(
         ["id", "claim", "paper's number", "ours", "verdict"],
         [
@@ -151,6 +193,32 @@ def _markdown(results: Results, claims: Verdicts) -> str:
             for c, checks, verdict in claims
         ],
     )
+    out += ["", "## Precision: what the seeds can detect", ""]
+    out += [
+        "Per check: the smallest effect of interest; the smallest difference its seeds detect "
+        "with 80% power at the observed spread; the spread between seeds (the sd of the per-seed "
+        "differences); and the evaluation's own noise in a seed's difference (k samples per "
+        "question), which should be at most half the spread: otherwise more samples per "
+        "question, not more seeds, narrow the interval.",
+        "",
+    ]
+    out += _table(
+        ["check", "smallest effect of interest", "detectable (80% power)", "seed spread (sd)",
+         "eval noise (sd)", "seeds", "source"],
+        [
+            [
+                r.text.split(":")[0],
+                _size(r.check.effect, r.check.metric),
+                _size(r.detectable, r.check.metric),
+                _size(stats.seed_spread(r.interval), r.check.metric),
+                _size(r.eval_noise, r.check.metric),
+                str(r.interval.n),
+                r.check.why or "–",
+            ]
+            for _, checks, _ in claims
+            for r in checks
+        ],
+    )  # fmt: skip
     out += ["", "## Accuracy (%, mean [95% interval] over seeds)", ""]
     out += _table(
         ["variant", *heads],
@@ -173,7 +241,10 @@ def _markdown(results: Results, claims: Verdicts) -> str:
         ],
     )
     out += ["", "## Cost (mean over seeds)", ""]
-    out += _table(["variant", "seeds", "steps", "rollouts", "train", "total"], _cost_rows(results))
+    out += _table(
+        ["variant", "seeds", "steps", "rollouts", "guide rollouts", "train", "total"],
+        _cost_rows(results),
+    )
     out += [
         "",
         f"Compute: {_clock(_wall_total(results))} (the total wall time of the "
@@ -205,6 +276,16 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return [line(head), "|" + "---|" * len(head), *(line(r) for r in rows)]
 
 
+def _overrides(overrides: dict) -> str:
+    return ", ".join(f"`{k}={json.dumps(v)}`" for k, v in overrides.items())
+
+
+def _size(x: float, metric: str) -> str:
+    if math.isnan(x):
+        return "–"
+    return f"{100 * x:.1f} pts" if metric == "accuracy" else f"{x:.4g}"
+
+
 def _pct(interval: stats.Interval, signed: bool = False) -> str:
     return "–" if interval.n == 0 else interval.fmt(signed=signed)
 
@@ -231,6 +312,7 @@ def _cost_rows(results: Results) -> list[list[str]]:
                 str(len(cells)),
                 _num(_mean([c.get("steps") for c in cells]), ".0f"),
                 _num(_mean([c.get("rollouts") for c in cells]), ",.0f"),
+                _num(_mean([c.get("guide_rollouts") for c in cells]), ",.0f"),
                 _clock(_mean([c["wall_s"].get("train") for c in cells])),
                 _clock(_mean([c["wall_s"].get("total") for c in cells])),
             ]
@@ -259,16 +341,26 @@ def _num(x: float, spec: str = ".4g") -> str:
     return "–" if math.isnan(x) else format(x, spec)
 
 
+VERDICTS = (
+    stats.REPRODUCED,
+    stats.NO_EFFECT,
+    stats.CONTRADICTED,
+    stats.INCONCLUSIVE,
+    stats.NOT_TESTABLE,
+)
+
+
 def write_findings(reports_root: Path, target: Path) -> Path:
-    """`target` (docs/findings.md): every report's claims and verdicts, in one table."""
+    """`target` (docs/findings.md): every report's claims and verdicts, in one table; with
+    `reports_root/verdicts-before.json` (claim -> verdict under the rules before smallest
+    effects of interest), a column of those beside the new ones."""
     summaries = [
         json.loads(p.read_text()) for p in sorted(Path(reports_root).glob("*/summary.json"))
     ]
+    before_path = Path(reports_root) / "verdicts-before.json"
+    before = json.loads(before_path.read_text()) if before_path.exists() else None
     claims = [(s, c) for s in summaries for c in s["claims"]]
-    counts = {
-        v: sum(c["verdict"] == v for _, c in claims)
-        for v in ("reproduced", "not reproduced", "inconclusive")
-    }
+    counts = {v: sum(c["verdict"] == v for _, c in claims) for v in VERDICTS}
     ns = [ch["n"] for _, c in claims for ch in c["checks"]]
     out = [
         "# Findings",
@@ -276,26 +368,30 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         "_Generated by `python -m stages.study_report findings` from the study reports; do not "
         "edit._",
         "",
-        f"{len(claims)} claims: {counts['reproduced']} reproduced, {counts['not reproduced']} "
-        f"not reproduced, {counts['inconclusive']} inconclusive, over studies "
-        f"{', '.join(s['name'] for s in summaries) or '(none)'}; each with ≥{min(ns, default=0)} "
-        "training seeds.",
+        f"{len(claims)} claims: "
+        + ", ".join(f"{n} {v}" for v, n in counts.items())
+        + f", over studies {', '.join(s['name'] for s in summaries) or '(none)'}; each with "
+        f"≥{min(ns, default=0)} training seeds. A verdict says what the 95% interval rules in "
+        "or out against the claim's smallest effect of interest (docs/studies.md#the-statistics).",
         "",
     ]
     rows = []
     for s, c in claims:
         link = os.path.relpath(Path(reports_root) / f"{s['name']}.md", target.parent)
-        rows.append(
-            [
-                f"[{s['name']}]({Path(link).as_posix()})",
-                c["claim"],
-                c["paper"],
-                "; ".join(ch["text"] for ch in c["checks"]),
-                f"**{c['verdict']}**",
-                f"`dvc repro studies/{s['name']}/dvc.yaml`",
-            ]
-        )
-    out += _table(["study", "claim", "paper's number", "ours", "verdict", "rerun"], rows)
+        verdict = f"**{c['verdict']}**" + (f" ({c['note']})" if c.get("note") else "")
+        row = [
+            f"[{s['name']}]({Path(link).as_posix()})",
+            c["claim"],
+            c["paper"],
+            "; ".join(ch["text"] for ch in c["checks"]),
+            verdict,
+        ]
+        if before is not None:
+            row.append(before.get(f"{s['name']}/{c['id']}", "–"))
+        rows.append(row + [f"`dvc repro studies/{s['name']}/dvc.yaml`"])
+    head = ["study", "claim", "paper's number", "ours", "verdict"]
+    head += ["verdict before"] * (before is not None) + ["rerun"]
+    out += _table(head, rows)
     with atomic_path(target) as tmp:
         tmp.write_text("\n".join(out) + "\n")
     return target

@@ -5,15 +5,26 @@ while its study runs."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from grpo_core.studies import stats
-from grpo_core.studies.spec import BASE, Check, Claim, Study, cell_key, get_dotted, load_study
+from grpo_core.studies.spec import (
+    BASE,
+    Check,
+    Claim,
+    Precondition,
+    Study,
+    cell_key,
+    get_dotted,
+    load_study,
+)
 
 Acc = dict[int, dict[str, float]]  # seed -> question id -> avg@k accuracy
 ALL = "all"  # every reported level
@@ -31,6 +42,7 @@ class Results:
     accuracy: dict[str, Acc]  # variant -> seed -> question id -> accuracy
     levels: dict[str, dict[int, dict[str, int]]]  # variant -> seed -> question id -> level
     summaries: dict[str, dict[int, dict]]  # variant -> seed -> the cell's summary JSON
+    samples: dict[str, dict[int, dict[str, int]]]  # variant -> seed -> question id -> k
     missing: list[str]  # the cells (`variant-seed`) and base evaluations (`base/seed`) not done
 
     @property
@@ -72,6 +84,7 @@ def load_results(study_dir: Path) -> Results:
     accuracy: dict[str, Acc] = {}
     levels: dict[str, dict[int, dict[str, int]]] = {}
     summaries: dict[str, dict[int, dict]] = {}
+    samples: dict[str, dict[int, dict[str, int]]] = {}
     missing = []
     for variant in (BASE, *study.variants):
         for seed in study.seeds:
@@ -83,20 +96,39 @@ def load_results(study_dir: Path) -> Results:
                 missing.append(key)
                 continue
             summaries.setdefault(variant, {})[seed] = json.loads(summary.read_text())
-            table = pq.read_table(folder / "questions.parquet", columns=["id", "level", "accuracy"])
+            table = pq.read_table(folder / "questions.parquet")
             rows = table.to_pydict()
+            if "samples" in rows:  # k of avg@k; cells written before it was kept lack it
+                samples.setdefault(variant, {})[seed] = dict(
+                    zip(rows["id"], rows["samples"], strict=True)
+                )
             accuracy.setdefault(variant, {})[seed] = dict(
                 zip(rows["id"], rows["accuracy"], strict=True)
             )
             levels.setdefault(variant, {})[seed] = dict(zip(rows["id"], rows["level"], strict=True))
-    return Results(study, study_dir.name, study_dir, accuracy, levels, summaries, missing)
+    return Results(study, study_dir.name, study_dir, accuracy, levels, summaries, samples, missing)
 
 
 @dataclass(frozen=True)
 class CheckResult:
     check: Check
     interval: stats.Interval
-    outcome: str
+    outcome: stats.Outcome
+    text: str
+    eval_noise: float = math.nan  # sd of the difference from sampling k completions alone
+
+    @property
+    def detectable(self) -> float:
+        """The smallest difference these seeds detect with 80% power (stats.detectable_effect)."""
+        return stats.detectable_effect(self.interval)
+
+
+@dataclass(frozen=True)
+class PreconditionResult:
+    precondition: Precondition
+    value: float  # the mean over seeds; nan where no cell has the metric
+    n: int  # seeds
+    holds: bool
     text: str
 
 
@@ -126,7 +158,7 @@ def evaluate_check(results: Results, check: Check) -> CheckResult:
         )
         subject += " overall" if check.level == ALL else f" at level {check.level}"
         value, unit = interval.fmt(signed=True), " pts"
-        margin = f"{check.margin * 100:.1f} pts"
+        effect = f"{check.effect * 100:.1f} pts"
     else:
         values, change = [], False
         for seed, summary in sorted(results.summaries.get(check.variant, {}).items()):
@@ -140,14 +172,94 @@ def evaluate_check(results: Results, check: Check) -> CheckResult:
                 values.append(x)
         interval = stats.t_interval(values)
         subject += f" {check.metric}" + (f" (last {MINUS} first)" if change else "")
-        value, unit, margin = _raw(interval), "", f"{check.margin:.4g}"
-    outcome = stats.check_outcome(interval, check.expect, check.margin)
+        value, unit, effect = _raw(interval), "", f"{check.effect:.4g}"
+    outcome = stats.check_outcome(interval, check.expect, check.effect)
     if interval.n == 0:
         value, unit = "no data", ""
-    within = f" (equal within ±{margin})" if check.expect == "equal" else ""
+    claimed = (
+        f"equal within ±{effect}"
+        if check.expect == "equal"
+        else f"expected {check.expect}, smallest effect of interest {effect}"
+    )
     seeds = f"{interval.n} seed" + "s" * (interval.n != 1)
-    text = f"{subject}: {value}{unit}{within}, {seeds} → {outcome}"
-    return CheckResult(check, interval, outcome, text)
+    text = f"{subject}: {value}{unit} ({claimed}), {seeds} → {outcome}"
+    noise = eval_noise(results, check) if check.metric == "accuracy" else math.nan
+    return CheckResult(check, interval, outcome, text, noise)
+
+
+def eval_noise(results: Results, check: Check) -> float:
+    """The evaluation's own noise in a check's paired difference: per seed, the sd that
+    sampling k completions per question gives the difference of the two means,
+    sqrt(sum_q p_a(1-p_a)/(k_a-1) + p_b(1-p_b)/(k_b-1)) / |Q| (p: avg@k, an unbiased variance
+    of a mean of k draws); the root mean square over seeds. nan where k is not recorded."""
+    questions = results.questions(check.level)
+    per_seed = []
+    for seed, acc_a in results.accuracy.get(check.variant, {}).items():
+        acc_b = results.accuracy.get(check.baseline, {}).get(seed)
+        k_a = results.samples.get(check.variant, {}).get(seed)
+        k_b = results.samples.get(check.baseline, {}).get(seed)
+        if acc_b is None or k_a is None or k_b is None:
+            continue
+        qs = [q for q in set(acc_a) & set(acc_b) & questions]
+        if not qs:
+            continue
+        var = sum(
+            acc[q] * (1 - acc[q]) / max(k[q] - 1, 1)
+            for q in qs
+            for acc, k in ((acc_a, k_a), (acc_b, k_b))
+        )
+        per_seed.append(var / len(qs) ** 2)
+    return math.sqrt(float(np.mean(per_seed))) if per_seed else math.nan
+
+
+def train_column_mean(folder: Path, column: str) -> float | None:
+    """The mean over steps of a column of a cell's train.csv; None where it has none."""
+    path = folder / "train.csv"
+    if not path.exists():
+        return None
+    with path.open() as f:
+        values = [float(r[column]) for r in csv.DictReader(f) if r.get(column) not in (None, "")]
+    return float(np.mean(values)) if values else None
+
+
+def _seed_values(results: Results, variant: str, metric: str, level: int | str) -> dict[int, float]:
+    """Per seed, the value of a precondition's metric for `variant` (see Precondition)."""
+    if metric == "accuracy":
+        return stats.seed_means(results.accuracy.get(variant, {}), results.questions(level))
+    out = {}
+    for seed, summary in sorted(results.summaries.get(variant, {}).items()):
+        if metric.startswith("train:"):
+            folder = results.directory / "cells" / cell_key(variant, seed)
+            x = train_column_mean(folder, metric.removeprefix("train:"))
+        else:
+            x = metric_value(summary, metric)[0]
+        if x is not None:
+            out[seed] = x
+    return out
+
+
+def evaluate_precondition(results: Results, pre: Precondition) -> PreconditionResult:
+    """The mean over seeds of the precondition's metric (minus its baseline's, seed by seed),
+    and whether it lies on the right side of its bound; no data fails."""
+    per_seed = _seed_values(results, pre.variant, pre.metric, pre.level)
+    subject = pre.variant
+    if pre.baseline is not None:
+        other = _seed_values(results, pre.baseline, pre.metric, pre.level)
+        per_seed = {s: x - other[s] for s, x in per_seed.items() if s in other}
+        subject += f" {MINUS} {pre.baseline}"
+    values = list(per_seed.values())
+    shown = pre.metric
+    if pre.metric == "accuracy":
+        shown = "accuracy" + (f" at level {pre.level}" if pre.level != ALL else "")
+    value = float(np.mean(values)) if values else math.nan
+    bound = f"< {pre.below:.4g}" if pre.below is not None else f"> {pre.above:.4g}"
+    holds = bool(values) and (value < pre.below if pre.below is not None else value > pre.above)
+    text = (
+        f"{pre.what}: {subject} {shown} = "
+        + (f"{value:.4g}" if values else "no data")
+        + f" (needs {bound}; mean of {len(values)} seeds) → {'holds' if holds else 'fails'}"
+    )
+    return PreconditionResult(pre, value, len(values), holds, text)
 
 
 def _raw(interval: stats.Interval) -> str:
@@ -157,15 +269,30 @@ def _raw(interval: stats.Interval) -> str:
     return f"{interval.mean:+.4g} [{interval.lo:+.4g}, {interval.hi:+.4g}]"
 
 
-Verdicts = list[tuple[Claim, list[CheckResult], str]]  # claim, its checks' results, its verdict
+# claim, its checks' results, its verdict
+Verdicts = list[tuple[Claim, list[CheckResult], stats.Outcome]]
+
+
+def precondition_results(results: Results) -> list[PreconditionResult]:
+    return [evaluate_precondition(results, p) for p in results.study.preconditions]
 
 
 def claim_results(results: Results) -> Verdicts:
-    """Per claim: the claim, its checks' results and its verdict (stats.verdict)."""
+    """Per claim: the claim, its checks' results and its verdict: stats.verdict over the
+    checks, or "not testable here" when a precondition that guards it fails (with the
+    numbers of the first that failed)."""
+    failed = [p for p in precondition_results(results) if not p.holds]
     out = []
     for claim in results.study.claims:
         checks = [evaluate_check(results, c) for c in claim.checks]
-        out.append((claim, checks, stats.verdict([c.outcome for c in checks])))
+        guards = [
+            p for p in failed if p.precondition.claims is None or claim.id in p.precondition.claims
+        ]
+        if guards:
+            outcome = stats.Outcome(stats.NOT_TESTABLE, guards[0].text)
+        else:
+            outcome = stats.verdict([c.outcome for c in checks])
+        out.append((claim, checks, outcome))
     return out
 
 

@@ -55,16 +55,47 @@ class Check(_Strict):
     baseline: str | None = None
     metric: str = "accuracy"
     level: int | Literal["all"] = "all"
-    expect: Literal["better", "worse", "equal"] = Field(
-        description="better: the 95% interval of the difference lies above 0; worse: below 0; "
-        "equal: inside [-margin, margin] (an equivalence test)."
+    expect: Literal["better", "worse", "different", "equal"] = Field(
+        description="The claim's direction. better / worse: the difference is above / below 0 "
+        "by at least `effect`; different: it is not 0 (tested two-sided); equal: it lies "
+        "inside [-effect, effect] (an equivalence test). grpo_core.studies.stats.check_outcome "
+        "gives the verdict rules."
     )
-    margin: float = Field(0.02, gt=0, description="Accuracy points (as a fraction) for equal.")
+    effect: float = Field(
+        gt=0,
+        description="The smallest effect of interest: for accuracy a fraction (0.02 = 2 "
+        "points), otherwise in the metric's units; for `equal` the equivalence margin. The "
+        "paper's own size where it gives one, translated to the tiny world as `why` says.",
+    )
+    why: str = Field("", description="Where `effect` comes from (the paper's size, a margin).")
 
     @model_validator(mode="after")
     def _accuracy_needs_a_baseline(self) -> Check:
         if self.metric == "accuracy" and self.baseline is None:
             raise ValueError("an accuracy check needs a baseline (a variant, or 'base')")
+        return self
+
+
+class Precondition(_Strict):
+    """What must hold for claims to mean anything here, on the mean over seeds of `variant`
+    (or `base`): `metric` is `accuracy` at `level`, a dotted key of the cells' summary JSON,
+    or `train:<column>`, the mean over steps of a column of the cells' train.csv (e.g.
+    `train:oc/guided_groups`); minus `baseline`'s at the same seed when it is set (e.g. the
+    rollouts two arms spent). A failed precondition makes its claims "not testable here"."""
+
+    what: str = Field(description="The condition in words, e.g. 'the base rarely boxes'.")
+    variant: str
+    baseline: str | None = None
+    metric: str = "accuracy"
+    level: int | Literal["all"] = "all"
+    below: float | None = None
+    above: float | None = None
+    claims: list[str] | None = Field(None, description="The claims it guards; null: every one.")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Precondition:
+        if (self.below is None) == (self.above is None):
+            raise ValueError("set exactly one of below and above")
         return self
 
 
@@ -107,6 +138,7 @@ class Study(_Strict):
         default_factory=list, description="What was left out to fit the time budget."
     )
     claims: list[Claim] = Field(default_factory=list)
+    preconditions: list[Precondition] = Field(default_factory=list)
 
     @field_validator("seeds")
     @classmethod
@@ -139,6 +171,14 @@ class Study(_Strict):
                 wrong += [(f"claims.{claim.id}.baseline", check.baseline)] * (
                     check.baseline is not None and check.baseline not in known | {BASE}
                 )
+        ids = {claim.id for claim in self.claims}
+        for i, pre in enumerate(self.preconditions):
+            for key, name in (("variant", pre.variant), ("baseline", pre.baseline)):
+                if name is not None and name not in known | {BASE}:
+                    wrong.append((f"preconditions.{i}.{key}", name))
+            for cid in pre.claims or []:
+                if cid not in ids:
+                    raise ValueError(f"preconditions.{i}.claims: no claim {cid!r}")
         if wrong:
             raise ValueError(
                 "; ".join(f"{key}: {name!r} is not a variant" for key, name in wrong)

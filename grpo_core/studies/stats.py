@@ -5,7 +5,8 @@ mean over those questions of each question's avg@k. A difference between two var
 paired by seed and question: for each seed both were evaluated with the same eval seed on the
 same questions, so per seed d_s = mean over the questions both have of (a_q - b_q); the
 interval is Student's t over the seeds' d_s (scipy.stats), n - 1 degrees of freedom. With
-one seed there is no interval and every verdict is inconclusive.
+one seed there is no interval and every verdict is inconclusive. A verdict (`check_outcome`)
+says what the interval rules in or out against the claim's smallest effect of interest.
 """
 
 from __future__ import annotations
@@ -87,35 +88,145 @@ def paired_interval(
     return t_interval(list(paired_differences(a, b, questions).values()))
 
 
-Outcome = str  # "holds" | "contradicted" | "inconclusive"
+REPRODUCED = "reproduced"
+NO_EFFECT = "no effect"
+CONTRADICTED = "contradicted"
+INCONCLUSIVE = "inconclusive"
+NOT_TESTABLE = "not testable here"
+EXPECTS = ("better", "worse", "different", "equal")
+MAX_SEEDS = 1000  # seeds_to_decide gives up beyond this
 
 
-def check_outcome(interval: Interval, expect: str, margin: float) -> Outcome:
-    """Whether a difference's interval supports `expect`:
-    - better: holds when lo > 0; contradicted when hi <= 0; else inconclusive;
-    - worse: the mirror image;
-    - equal: holds when [lo, hi] lies inside [-margin, margin] (two one-sided tests at the
-      interval's level); contradicted when it lies wholly outside (lo > margin or
-      hi < -margin); else inconclusive."""
+@dataclass(frozen=True)
+class Outcome:
+    """A check's or a claim's verdict, why where it needs saying, and for an inconclusive
+    check the seeds that would decide it at the observed mean and spread."""
+
+    verdict: str
+    note: str = ""
+    seeds_to_decide: int | None = None
+
+    def __str__(self) -> str:
+        return self.verdict + (f" ({self.note})" if self.note else "")
+
+
+def seed_spread(interval: Interval) -> float:
+    """The spread between seeds (the sd of the per-seed values) that the interval implies:
+    its half width / t(0.975, n - 1) * sqrt(n); nan with fewer than 2 seeds."""
+    if interval.n < 2 or math.isnan(interval.lo):
+        return math.nan
+    t = stats.t.ppf(0.5 + CONFIDENCE / 2, interval.n - 1)
+    return (interval.hi - interval.mean) / t * math.sqrt(interval.n)
+
+
+def detectable_effect(interval: Interval, power: float = 0.8) -> float:
+    """The smallest true difference that `interval.n` seeds detect (the 95% interval excludes 0)
+    with probability `power`, at the observed spread between seeds:
+    (t_{0.975, n-1} + t_{power, n-1}) * sd / sqrt(n). nan with fewer than 2 seeds."""
+    sd = seed_spread(interval)
+    if math.isnan(sd):
+        return math.nan
+    df = interval.n - 1
+    t = stats.t.ppf(0.5 + CONFIDENCE / 2, df) + stats.t.ppf(power, df)
+    return float(t * sd / math.sqrt(interval.n))
+
+
+def seeds_to_decide(interval: Interval, expect: str, effect: float) -> int | None:
+    """The fewest seeds whose 95% interval, at the observed mean and spread, would be narrow
+    enough to give a verdict other than inconclusive; None beyond MAX_SEEDS or without a
+    spread. The half width must drop below h*: for better and worse (m the mean in the
+    claimed direction, E the smallest effect of interest) max(m, E - m), since lo > 0
+    reproduces and hi < E contradicts; for different max(|m|, E - |m|); for equal |E - |m||."""
+    sd = seed_spread(interval)
+    if math.isnan(sd) or sd <= 0:
+        return None
+    m = interval.mean * (-1 if expect == "worse" else 1)
+    if expect in ("better", "worse"):
+        target = max(m, effect - m)
+    elif expect == "different":
+        target = max(abs(m), effect - abs(m))
+    else:
+        target = abs(effect - abs(m))
+    if target <= 0:
+        return None
+    for n in range(2, MAX_SEEDS + 1):
+        if stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n) < target:
+            return n
+    return None
+
+
+def check_outcome(interval: Interval, expect: str, effect: float) -> Outcome:
+    """What a difference's 95% interval [lo, hi] says of a claim that expects `expect`, with
+    `effect` > 0 the smallest effect of interest (for `equal`: the equivalence margin). The
+    rules apply in this order:
+
+    better (worse mirrors it, on -hi and -lo):
+      - reproduced: lo > 0; "smaller than the smallest effect of interest" when also hi < E;
+      - no effect: -E <= lo <= 0 <= hi <= E (holds zero, inside +-E);
+      - contradicted: hi < E (the interval rules out the effect claimed, or lies below 0);
+      - inconclusive: otherwise.
+    different (two-sided): reproduced when the interval excludes 0 (a 95% two-sided test);
+      no effect when it holds 0 inside +-E; else inconclusive.
+    equal: reproduced inside [-E, E]; contradicted wholly outside it; else inconclusive.
+
+    With fewer than two seeds there is no interval, and an interval of zero width (every
+    seed gave the same value: no spread to estimate) is refused; both are inconclusive."""
+    if expect not in EXPECTS:
+        raise ValueError(f"unknown expectation {expect!r}; known: {EXPECTS}")
+    if not effect > 0:
+        raise ValueError(f"the smallest effect of interest must be > 0, got {effect}")
     lo, hi = interval.lo, interval.hi
     if math.isnan(lo):
-        return "inconclusive"
-    if expect == "better":
-        return "holds" if lo > 0 else "contradicted" if hi <= 0 else "inconclusive"
-    if expect == "worse":
-        return "holds" if hi < 0 else "contradicted" if lo >= 0 else "inconclusive"
+        return Outcome(INCONCLUSIVE, f"{interval.n} seed{'s' * (interval.n != 1)}: no interval")
+    if hi - lo <= 1e-12:
+        return Outcome(INCONCLUSIVE, "identical at every seed: a zero-width interval is refused")
+    decide = seeds_to_decide(interval, expect, effect)
+    undecided = Outcome(
+        INCONCLUSIVE,
+        f"about {decide} seeds would decide it" if decide else "no seed count would decide it",
+        decide,
+    )
     if expect == "equal":
-        if -margin <= lo and hi <= margin:
-            return "holds"
-        return "contradicted" if lo > margin or hi < -margin else "inconclusive"
-    raise ValueError(f"unknown expectation {expect!r}")
+        if -effect <= lo and hi <= effect:
+            return Outcome(REPRODUCED)
+        if lo > effect or hi < -effect:
+            return Outcome(CONTRADICTED, "the interval lies outside the margin")
+        return undecided
+    inside = -effect <= lo <= 0 <= hi <= effect
+    if expect == "different":
+        if lo > 0 or hi < 0:
+            small = max(abs(lo), abs(hi)) < effect
+            return Outcome(REPRODUCED, "smaller than the smallest effect of interest" * small)
+        return Outcome(NO_EFFECT) if inside else undecided
+    a, b = (lo, hi) if expect == "better" else (-hi, -lo)  # in the claimed direction
+    if a > 0:
+        return Outcome(REPRODUCED, "smaller than the smallest effect of interest" * (b < effect))
+    if inside:
+        return Outcome(NO_EFFECT)
+    if b < effect:
+        why = (
+            "wholly on the other side of 0"
+            if b < 0
+            else "rules out the smallest effect of interest"
+        )
+        return Outcome(CONTRADICTED, why)
+    return undecided
 
 
-def verdict(outcomes: list[Outcome]) -> str:
-    """A claim's verdict from its checks: reproduced when every check holds; not reproduced
-    when any is contradicted; else inconclusive."""
-    if outcomes and all(o == "holds" for o in outcomes):
-        return "reproduced"
-    if any(o == "contradicted" for o in outcomes):
-        return "not reproduced"
-    return "inconclusive"
+# A claim's verdict is its weakest check's: the first of these that any check has.
+_PRECEDENCE = (NOT_TESTABLE, CONTRADICTED, NO_EFFECT, INCONCLUSIVE, REPRODUCED)
+
+
+def verdict(outcomes: list[Outcome]) -> Outcome:
+    """A claim's verdict from its checks' outcomes: contradicted when any check is, else no
+    effect when any check finds none where the claim expects one, else inconclusive when any
+    is, else reproduced ("smaller than the smallest effect of interest" when a check says so).
+    No checks: inconclusive."""
+    if not outcomes:
+        return Outcome(INCONCLUSIVE, "no checks")
+    worst = min(outcomes, key=lambda o: _PRECEDENCE.index(o.verdict))
+    if worst.verdict == REPRODUCED:
+        small = [o.note for o in outcomes if o.note]
+        return Outcome(REPRODUCED, small[0] if small else "")
+    notes = {o.note for o in outcomes if o.verdict == worst.verdict and o.note}
+    return Outcome(worst.verdict, notes.pop() if len(notes) == 1 else "")
