@@ -24,7 +24,7 @@ from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json
 from grpo_core.models.loading import resolve_model
-from grpo_core.models.sft import Probe, WarmStart, hold_out_probe, warm_start
+from grpo_core.models.sft import Probe, WarmStart, drop_answer_lines, hold_out_probe, warm_start
 from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
 from stages.common import log, main
 
@@ -68,11 +68,14 @@ def base(params: BaseStage) -> None:
             params.reward.code,
         )
         sft_rows = np.setdiff1d(sft_rows, held)
+    sft_targets = drop_answer_lines(
+        [targets[i] for i in sft_rows], cfg.sft.answer_line_dropout, params.seed
+    )
     result = warm_start(
         model,
         tokenizer,
         [prompts[i] for i in sft_rows],
-        [targets[i] for i in sft_rows],
+        sft_targets,
         levels[sft_rows],
         cfg.sft,
         params.seed,

@@ -9,7 +9,13 @@ from grpo_core.data.prompts import guide_wording, hinted_prompt
 from grpo_core.data.tiny import arith
 from grpo_core.errors import InputError
 from grpo_core.models import sft as sft_module
-from grpo_core.models.sft import Probe, hold_out_probe, level_mixture, warm_start
+from grpo_core.models.sft import (
+    Probe,
+    drop_answer_lines,
+    hold_out_probe,
+    level_mixture,
+    warm_start,
+)
 from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
 from grpo_core.rewards.verify import verify_batch
 from grpo_core.rollout.sampler import generate
@@ -260,3 +266,16 @@ def test_guided_examples_follow_their_own_level_mixture():
     assert len(prompts) == 32 and set(targets) <= level5 and fractions == [1.0] * 32
     with pytest.raises(InputError, match="model.sft.guided_level_weights"):
         level_mixture(levels, [1.0], "model.sft.guided_level_weights")
+
+
+def test_drop_answer_lines_removes_the_last_line_of_a_seeded_fraction():
+    targets = [f"7+8=15\n4+3+1=8\n\\boxed{{{i}}}" for i in range(1000)] + ["one line"]
+    out = drop_answer_lines(targets, 0.9, seed=0)
+    dropped = [o == "7+8=15\n4+3+1=8" for o in out[:-1]]
+    kept = [o == t for o, t in zip(out[:-1], targets[:-1], strict=True)]
+    assert all(d != k for d, k in zip(dropped, kept, strict=True))  # whole, or its last line gone
+    assert 0.87 < sum(dropped) / 1000 < 0.93
+    assert out[-1] == "one line"  # nothing to drop
+    assert out == drop_answer_lines(targets, 0.9, seed=0)  # the seed decides
+    assert out != drop_answer_lines(targets, 0.9, seed=1)
+    assert drop_answer_lines(targets, 0.0, seed=0) == targets

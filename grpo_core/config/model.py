@@ -110,6 +110,13 @@ class SFTParams(Section):
         description="Hint fractions of the reference solution (`char_prefix`), one drawn "
         "uniformly per guided example.",
     )
+    answer_line_dropout: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.0,
+        description="Fraction of the SFT examples whose target loses its last line, the answer "
+        "in the domain's format (`\\boxed{85}`, `Answer: C`), drawn once per example from the "
+        "seed: a base that seldom writes the format, where a format term in the reward can "
+        "change advantages (the format study). 0: every target whole.",
+    )
     stop: SFTStop | None = Field(
         SFTStop(), description="Stop at a target accuracy on a probe; null: run every step."
     )

@@ -29,6 +29,8 @@ from grpo_core.rewards.code import CodeRewardConfig
 from grpo_core.rewards.verify import verify_batch
 from grpo_core.rollout.sampler import generate
 
+ANSWER_LINE_SALT = 0x616E73  # drop_answer_lines' own random stream
+
 
 def sft_batch(tokenizer, prompts: list[str], targets: list[str]) -> dict[str, torch.Tensor]:
     """Right-padded prompt+target+EOS sequences; labels are -100 outside target+EOS."""
@@ -44,6 +46,18 @@ def sft_batch(tokenizer, prompts: list[str], targets: list[str]) -> dict[str, to
         labels[i, len(p) : len(s)] = torch.tensor(s[len(p) :])
         attention[i, : len(s)] = 1
     return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+
+def drop_answer_lines(targets: list[str], fraction: float, seed: int) -> list[str]:
+    """`targets` with the last line (the answer in the domain's format) removed from a
+    `fraction` of them, chosen by a generator of their own seeded by `seed`; a one-line target
+    is kept whole."""
+    if fraction <= 0:
+        return list(targets)
+    drop = np.random.default_rng([seed, ANSWER_LINE_SALT]).random(len(targets)) < fraction
+    return [
+        t.rsplit("\n", 1)[0] if d and "\n" in t else t for t, d in zip(targets, drop, strict=True)
+    ]
 
 
 def level_mixture(
