@@ -201,9 +201,9 @@ def test_detectable_effect_by_hand():
 
 
 def test_seeds_to_decide_by_hand():
-    # mean 0.02, sd 0.03 (values 0.02 +- 0.03 at 3 seeds: 0.02-0.03*sqrt(3)/... use the sd
-    # the interval implies). For "better" with E = 0.05: h* = max(0.02, 0.03) = 0.03, and
-    # t_0.975,n-1 * 0.03 / sqrt(n) < 0.03 first at n = 7 (2.446912 / sqrt(7) = 0.924843;
+    # An interval of mean 0.02 from 3 seeds whose spread (sd) is 0.03. For "better" with E = 0.05
+    # the half width must drop below h* = max(0.02, 0.05 - 0.02) = 0.03, and
+    # t(0.975, n-1) * 0.03 / sqrt(n) < 0.03 first holds at n = 7 (2.446912 / sqrt(7) = 0.924843;
     # n = 6: 2.570582 / sqrt(6) = 1.049436).
     sd, n = 0.03, 3
     half = T2 * sd / math.sqrt(n)
