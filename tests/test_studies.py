@@ -41,6 +41,28 @@ def test_every_study_dvc_yaml_is_its_template(name):
     )
 
 
+def test_the_code_manifest_is_md5sum_of_the_files_a_command_runs(tmp_path):
+    """grpo_core.errors imports nothing of ours: it runs itself and its package's __init__.
+    `md5sum -c` checks the manifest's format and every hash, independently of our code."""
+    from grpo_core.codedeps import closure, write_manifest
+
+    out = tmp_path / "code.md5"
+    write_manifest(out, ["grpo_core.errors"])
+    assert [line.split("  ")[1] for line in out.read_text().splitlines()] == [
+        "grpo_core/__init__.py",
+        "grpo_core/errors.py",
+    ]
+    write_manifest(out, ["stages.study_cell", "stages.train", "stages.dynamics"])
+    files = [line.split("  ")[1] for line in out.read_text().splitlines()]
+    assert files == sorted(closure("stages.train") | closure("stages.study_cell")
+                           | closure("stages.dynamics"))  # fmt: skip
+    checked = subprocess.run(["md5sum", "-c", "--quiet", str(out)], cwd=ROOT, text=True,
+                             capture_output=True)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    with pytest.raises(SystemExit, match="no module 'grpo_core.nothing'"):
+        write_manifest(out, ["grpo_core.nothing"])
+
+
 def _study(tmp_path: Path, text: str) -> Path:
     (tmp_path / "s").mkdir(parents=True)
     (tmp_path / "s/study.yaml").write_text(text)
@@ -183,7 +205,7 @@ pipeline = pytest.mark.pipeline
 def test_a_study_runs_its_cells_through_dvc_and_reports(study_repo):
     repo = study_repo
     done = sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml")
-    assert {"upstream", "base@0", "cell@short-0", "cell@long-0", "report"} <= _ran(done)
+    assert {"code", "upstream", "base@0", "cell@short-0", "cell@long-0", "report"} <= _ran(done)
     assert "study tiny: cell" in done.stderr and "left" in done.stderr  # the progress line
     cells = repo / "studies/tiny/cells"
     short, long_ = (json.loads((cells / f"{k}.json").read_text()) for k in ("short-0", "long-0"))
@@ -198,8 +220,10 @@ def test_a_study_runs_its_cells_through_dvc_and_reports(study_repo):
     report = (repo / "reports/tiny.md").read_text()
     assert "longer-is-better" in report and "inconclusive" in report  # one seed: no interval
     # the results are in git, not in the DVC cache
-    status = sh(repo, "git", "status", "--porcelain").stdout
+    status = sh(repo, "git", "status", "--porcelain", "-uall").stdout
     assert "studies/tiny/cells/" in status and "reports/" in status
+    assert "studies/tiny/upstream/guides.parquet" in status  # in git too: no cache to pull
+    assert "studies/tiny/code.md5" in status
     sh(repo, "git", "add", "-A")
     sh(repo, "git", "commit", "-qm", "study seed 0")
     again = sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml")
@@ -265,10 +289,12 @@ def test_a_teammate_gets_the_study_without_recomputing(study_repo, tmp_path):
     sh(repo, "dvc", "remote", "add", "-f", "-d", "study-shared", str(remote))
     sh(repo, "git", "commit", "-qam", "remote")
     sh(repo, "git", "push", "-q", "study-origin", "HEAD:main")
-    sh(repo, "dvc", "push")
+    sh(repo, "dvc", "push", "dvc.yaml")  # the main pipeline only: the study is all in git
     sh(tmp_path, "git", "clone", "-q", "-b", "main", str(upstream), str(clone))
-    sh(clone, "dvc", "pull", "--with-deps", "studies/tiny/dvc.yaml")  # its upstream too
+    pulled = sh(clone, "dvc", "pull")  # exits 0: nothing of the study is missing
+    assert "Checkout failed" not in pulled.stdout + pulled.stderr
     assert (clone / "models/base/model.safetensors").exists()
+    assert sh(clone, "dvc", "status").stdout.strip() == "Data and pipelines are up to date."
     done = sh(clone, "dvc", "repro", "studies/tiny/dvc.yaml")
     assert _ran(done) == set()
     assert (clone / "reports/tiny.md").read_text() == (repo / "reports/tiny.md").read_text()
@@ -297,3 +323,31 @@ def test_a_study_with_its_own_data_and_base_builds_them_in_its_upstream(study_re
     assert pq.read_table(up / "data/prepared/train.parquet").num_rows == 30 * 2  # levels 1-2
     assert (up / "models/base/model.safetensors").exists()
     assert json.loads((repo / "studies/own/cells/short-0.json").read_text())["steps"] == 1
+
+
+@pipeline
+def test_the_cells_go_stale_through_the_code_manifest_exactly_when_their_code_changes(study_repo):
+    """The cells depend on studies/tiny/code.md5, which the `code` stage writes from the files
+    they run: an edit to one of those files changes it; an edit to the report's code does not."""
+    repo = study_repo
+    trained, reported = repo / "grpo_core/training/run.py", repo / "grpo_core/studies/report.py"
+    saved = {p: p.read_text() for p in (trained, reported)}
+    manifest = repo / "studies/tiny/code.md5"
+    before = manifest.read_text()
+    assert "  grpo_core/training/run.py\n" in before
+    assert "grpo_core/studies/report.py" not in before
+    try:
+        reported.write_text(saved[reported] + "\n# an edit\n")
+        sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml:code")
+        assert manifest.read_text() == before
+        trained.write_text(saved[trained] + "\n# an edit\n")
+        sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml:code")
+        assert manifest.read_text() != before
+        status = sh(repo, "dvc", "status", "studies/tiny/dvc.yaml").stdout
+        assert "studies/tiny/dvc.yaml:cell@short-0:" in status
+        assert "modified:           studies/tiny/code.md5" in status
+    finally:
+        for path, text in saved.items():
+            path.write_text(text)
+        sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml:code")
+    assert manifest.read_text() == before

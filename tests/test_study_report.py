@@ -368,3 +368,50 @@ def test_findings_show_the_verdicts_before_beside_the_new(tmp_path):
     rows = [line for line in lines if line.startswith("| [")]
     assert rows[0].endswith("| **reproduced** | inconclusive | `dvc repro studies/demo/dvc.yaml` |")
     assert rows[1].endswith("| – | `dvc repro studies/demo/dvc.yaml` |")
+
+
+def test_findings_read_the_capacity_boundary_in_every_grpo_arm(tmp_path, monkeypatch):
+    """new - base is 0.1 + d at levels 1 and 2: +22.0 [+17.0, +27.0] points (see the module
+    docstring). Against "level 1 better by 5 points" that is reproduced; against "level 2
+    equal within 2 points" contradicted (wholly outside the margin). grpo - base is 0.1 at
+    every seed: a zero-width interval, refused. The verdict over the arms is the weakest."""
+    from grpo_core.studies import report
+
+    monkeypatch.setattr(report, "BOUNDARY", ((1, "better", 0.05), (2, "equal", 0.02)))
+    reports = tmp_path / "reports"
+    for name, arm in (("demo", "new"), ("other", "grpo"), ("none", None)):
+        study_dir = make_study(tmp_path, name)
+        spec = yaml.safe_load((study_dir / "study.yaml").read_text())
+        spec["grpo_arm"] = arm
+        spec["params"] = {"train.levels": [1, 2], "eval.samples": 8}
+        (study_dir / "study.yaml").write_text(yaml.safe_dump(spec))
+        write_report(study_dir, reports)
+    summary = json.loads((reports / "demo" / "summary.json").read_text())
+    arm = summary["grpo_arm"]
+    assert (arm["variant"], arm["trains"]) == ("new", "`train.levels=[1, 2]`")
+    assert arm["vs_base"]["1"]["mean"] == pytest.approx(0.22)
+    assert arm["vs_base"]["2"]["lo"] == pytest.approx(0.22 - 0.049683, abs=1e-5)
+    assert json.loads((reports / "none" / "summary.json").read_text())["grpo_arm"] is None
+    lines = write_findings(reports, tmp_path / "docs" / "findings.md").read_text().splitlines()
+    assert "## The capacity boundary in every study's GRPO arm" in lines
+    rows = [line for line in lines if line.startswith("| [") and "`train.levels" in line]
+    assert rows == [
+        "| [demo](../reports/demo.md) | `new` | `train.levels=[1, 2]` | +22.0 [+17.0, +27.0] | "
+        "reproduced | +22.0 [+17.0, +27.0] | contradicted (the interval lies outside the "
+        "margin) |",
+        "| [other](../reports/other.md) | `grpo` | `train.levels=[1, 2]` | +10.0 [+10.0, +10.0] "
+        "| inconclusive (identical at every seed: a zero-width interval is refused) | "
+        "+10.0 [+10.0, +10.0] | inconclusive (identical at every seed: a zero-width interval is "
+        "refused) |",
+    ]
+    verdict = "**contradicted (the interval lies outside the margin)**"
+    assert f"Over every study's GRPO arm: {verdict}." in lines
+
+
+def test_a_grpo_arm_must_be_a_variant(tmp_path):
+    from grpo_core.studies.spec import Study
+
+    spec = study_yaml([0], [])
+    spec["grpo_arm"] = "gpro"
+    with pytest.raises(ValueError, match="grpo_arm: 'gpro' is not a variant"):
+        Study.model_validate(spec)

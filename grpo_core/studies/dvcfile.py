@@ -47,6 +47,11 @@ def code(stage: str) -> list[str]:
     return sorted(files)
 
 
+# The cells' code is one dep, the manifest the `code` stage writes (grpo_core.codedeps): one
+# lock entry per cell instead of one per file keeps a no-op `dvc repro` fast.
+MANIFEST = "grpo_core.codedeps"
+
+
 def render(name: str, study: Study) -> str:
     """studies/<name>/dvc.yaml for `study`: with its own upstream (`study.own_upstream`), the
     upstream stage prepares the data and trains the base from data/raw, and the other stages
@@ -71,12 +76,19 @@ def render(name: str, study: Study) -> str:
             "eval": ["models/base", "data/prepared/eval.parquet"],
         }
     stages = {
+        "code": {
+            "cmd": f"python -m {MANIFEST} {d}/code.md5 {' '.join(RUNS['cell'])}",
+            "wdir": "../..",
+            "deps": sorted(set(code("cell")) | closure(MANIFEST)),
+            "outs": [{f"{d}/code.md5": {"cache": False}}],
+        },
         "upstream": {
             "cmd": f"python -m stages.study_cell upstream {d}",
             "wdir": "../..",
             "deps": upstream["deps"],
             "params": [{"params.yaml": upstream["read"]}, {f"{d}/study.yaml": ["params"]}],
-            "outs": [f"{d}/upstream"],
+            # in git, like the cells: a teammate's clone has it without the cache it ran in
+            "outs": [{f"{d}/upstream": {"cache": False}}],
         },
         "base": {
             "matrix": {"seed": "${seeds}"},
@@ -91,7 +103,7 @@ def render(name: str, study: Study) -> str:
             "matrix": {"variant": "${variants}", "seed": "${seeds}"},
             "cmd": f"python -m stages.study_cell cell {d} ${{item.variant}} ${{item.seed}}",
             "wdir": "../..",
-            "deps": [*code("cell"), "configs/accelerate", *inputs["train"]],
+            "deps": [f"{d}/code.md5", "configs/accelerate", *inputs["train"]],
             "params": [
                 {"params.yaml": ["algo", "launch", "train", "reward", "dynamics", "eval"]},
                 {f"{d}/study.yaml": ["params", "budget", "variants.${item.variant}"]},

@@ -107,6 +107,30 @@ def _summary(results: Results, claims: Verdicts) -> dict:
             }
             for claim, checks, verdict in claims
         ],
+        "grpo_arm": _grpo_arm(results),
+    }
+
+
+def _grpo_arm(results: Results) -> dict | None:
+    """The study's plain GRPO arm (`grpo_arm`), what it trains on, and its paired difference
+    to the base at every reported level: what the findings read the capacity boundary from."""
+    study = results.study
+    if study.grpo_arm is None:
+        return None
+    overrides = {**study.params, **study.variants[study.grpo_arm]}
+    vs_base = {}
+    for level in results.reported_levels():
+        d = difference(results, study.grpo_arm, BASE, level)
+        vs_base[str(level)] = {
+            "mean": None if math.isnan(d.mean) else d.mean,
+            "lo": None if math.isnan(d.lo) else d.lo,
+            "hi": None if math.isnan(d.hi) else d.hi,
+            "n": d.n,
+        }
+    return {
+        "variant": study.grpo_arm,
+        "trains": _overrides({k: v for k, v in overrides.items() if k.startswith("train.")}),
+        "vs_base": vs_base,
     }
 
 
@@ -392,6 +416,64 @@ def write_findings(reports_root: Path, target: Path) -> Path:
     head = ["study", "claim", "paper's number", "ours", "verdict"]
     head += ["verdict before"] * (before is not None) + ["rerun"]
     out += _table(head, rows)
+    out += _boundary_section(summaries, reports_root, target)
     with atomic_path(target) as tmp:
         tmp.write_text("\n".join(out) + "\n")
     return target
+
+
+# The capacity boundary as the difficulty study states it (its claim `capacity-boundary`):
+# GRPO beats the base in the middle of the ladder, and matches it on the hardest level.
+BOUNDARY = ((3, "better", 0.02), (5, "equal", 0.02))
+
+
+def _boundary_section(summaries: list[dict], reports_root: Path, target: Path) -> list[str]:
+    """The capacity boundary read against the plain GRPO arm of every study that names one
+    (`grpo_arm`): each arm's difference to the base at the BOUNDARY levels, its outcome there,
+    and the verdict over all of them (the weakest)."""
+    arms = [s for s in summaries if s.get("grpo_arm")]
+    if not arms:
+        return []
+    out = [
+        "",
+        "## The capacity boundary in every study's GRPO arm",
+        "",
+        "The difficulty study claims that GRPO's gain sits in the middle of the ladder and that "
+        "the hardest level is not reliably improved. Every study that trains plain GRPO on the "
+        "arith ladder, from the same base and evaluation, tests that claim too: "
+        + " and ".join(
+            f"level {lv} {expect} than the base by {100 * e:.0f} points or more"
+            if expect != "equal"
+            else f"level {lv} equal to the base within ±{100 * e:.0f} points"
+            for lv, expect, e in BOUNDARY
+        )
+        + ".",
+        "",
+    ]
+    head = ["study", "GRPO arm", "trains"]
+    for lv, _, _ in BOUNDARY:
+        head += [f"− base at level {lv} (pts)", f"level {lv}"]
+    rows, outcomes = [], []
+    for s in arms:
+        arm = s["grpo_arm"]
+        link = os.path.relpath(Path(reports_root) / f"{s['name']}.md", target.parent)
+        row = [f"[{s['name']}]({Path(link).as_posix()})", f"`{arm['variant']}`", arm["trains"]]
+        for lv, expect, effect in BOUNDARY:
+            d = arm["vs_base"].get(str(lv))
+            if d is None or d["mean"] is None:
+                row += ["–", "–"]
+                continue
+            nan = math.nan
+            interval = stats.Interval(
+                d["mean"],
+                nan if d["lo"] is None else d["lo"],
+                nan if d["hi"] is None else d["hi"],
+                d["n"],
+            )
+            outcome = stats.check_outcome(interval, expect, effect)
+            outcomes.append(outcome)
+            row += [interval.fmt(signed=True), str(outcome)]
+        rows.append(row)
+    out += _table(head, rows)
+    out += ["", f"Over every study's GRPO arm: **{stats.verdict(outcomes)}**."]
+    return out

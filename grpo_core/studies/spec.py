@@ -139,6 +139,11 @@ class Study(_Strict):
     )
     claims: list[Claim] = Field(default_factory=list)
     preconditions: list[Precondition] = Field(default_factory=list)
+    grpo_arm: str | None = Field(
+        None,
+        description="The study's plain GRPO variant on the arith ladder, if it has one: "
+        "docs/findings.md reads the capacity boundary against it in every study that names one.",
+    )
 
     @field_validator("seeds")
     @classmethod
@@ -163,6 +168,9 @@ class Study(_Strict):
         known = set(self.variants)
         wrong = [("baseline", self.baseline)] if self.baseline not in known else []
         wrong += [("dynamics", v) for v in self.dynamics if v not in known]
+        wrong += [("grpo_arm", self.grpo_arm)] * (
+            self.grpo_arm is not None and self.grpo_arm not in known
+        )
         for claim in self.claims:
             for check in claim.checks:
                 wrong += [(f"claims.{claim.id}.variant", check.variant)] * (
