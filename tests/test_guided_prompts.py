@@ -245,3 +245,57 @@ def test_guided_prompt_is_one_user_message_for_a_chat_model():
     guided = guided_prompt(math_prompt("What is 47+38?"), "7+8=15", complete=False)
     assert render_prompt(tokenizer, guided, chat=True) == f"<|user|>\n{guided}\n<|assistant|>\n"
     assert render_prompt(tokenizer, guided, chat=False) == guided
+
+
+# --- tiny-world prompts for an instruct model (chat_text) ----------------------------------
+
+
+def test_a_tiny_prompt_under_chat_says_how_to_give_the_answer():
+    from grpo_core.data.prompts import MATH_INSTRUCTION, MCQ_INSTRUCTION, chat_text
+    from grpo_core.data.tiny import mcq
+
+    assert chat_text("Q: 47+38=?\nA: ", "math") == f"47+38=?\n\n{MATH_INSTRUCTION}"
+    listed = mcq.prompt(47, 38, ("mass", "g"), [65, 75, 85, 95])
+    assert chat_text(listed, "mcq") == (
+        f"mass in g: 47+38=?\n\nA) 65\nB) 75\nC) 85\nD) 95\n\n{MCQ_INSTRUCTION}"
+    )
+    assert chat_text("Q: f(x): add 3, mul 2. f(4)=14\nA: ", "code") == (
+        "f(x): add 3, mul 2. f(4)=14\n\nWrite a Python function `f` that solves the task, in a "
+        "```python code block."
+    )
+    # Anything else, or no domain, is left as it is.
+    assert chat_text("What is 2+2?", "math") == "What is 2+2?"
+    assert chat_text("Q: 47+38=?\nA: ", None) == "Q: 47+38=?\nA: "
+    with pytest.raises(InputError, match="options line"):
+        chat_text("Q: mass in g: 47+38=?\nA: ", "mcq")
+
+
+def test_a_tiny_prompt_under_chat_is_hinted_in_the_papers_wording():
+    """Once worded for chat, the hint is no longer an "H: " line: the guided prompt is the
+    paper's, with the domain's instruction last (what a chat model can read)."""
+    from grpo_core.data.prompts import GUIDE_PARTIAL_INSTRUCTION, MATH_INSTRUCTION, render_hinted
+
+    tok, solution = _chat_tokenizer(), "7+8=15\n4+3+1=8\n\\boxed{85}"
+    text = render_hinted(tok, "Q: 47+38=?\nA: ", solution, 0.5, True, "math")
+    assert text == _user_turn(
+        "Problem: 47+38=?\n\nPartial reference solution: 7+8=15\n\n"
+        f"{GUIDE_PARTIAL_INSTRUCTION} {MATH_INSTRUCTION}"
+    )
+    plain = render_hinted(tok, "Q: 47+38=?\nA: ", solution, 0.5, False, "math")
+    assert plain == "Q: 47+38=?\nH: 7+8=15\nA: "  # the tiny model keeps its hint line
+
+
+_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _chat_tokenizer():
+    tok = build_char_tokenizer(["Q: 0+1=?\nA: 1"])
+    tok.chat_template = _CHATML
+    return tok
+
+
+def _user_turn(text: str) -> str:
+    return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"

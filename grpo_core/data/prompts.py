@@ -238,20 +238,62 @@ def hinted_prompt(prompt_text: str, solution: str, fraction: float) -> str:
     return guided_prompt(prompt_text, char_prefix(solution, fraction), complete=fraction >= 1)
 
 
+_OPTION = re.compile(r"([A-J])\) (.*?)(?= [A-J]\) |$)")
+
+
+def chat_text(prompt_text: str, domain: str | None) -> str:
+    """A tiny-world prompt as an instruct model is asked it: the question without the "Q: " and
+    "A: " cues, in its domain's template, answer-format instruction last (`math_prompt`,
+    `mcq_prompt` with the options one per line, `code_prompt`); any other prompt, or no domain,
+    unchanged. A character model answers after the cue as it was trained to; a chat model has to
+    be told how, or it seldom boxes its answer (SmolLM2-135M-Instruct, docs/scale.md).
+
+        "Q: 47+38=?\nA: "  ->  "47+38=?\n\nPlease reason step by step, and put your final
+                                answer within \\boxed{}."
+    """
+    head = _tiny_question(prompt_text)
+    if head is None or domain is None:
+        return prompt_text
+    *before, last = head.rstrip("\n").split("\n")
+    question = last[len(TINY_QUESTION_LABEL) :].strip()
+    if domain == "math":
+        return math_prompt(question)
+    if domain == "mcq":
+        options = _OPTION.findall(" ".join(before).strip())
+        if len(options) < 2 or "".join(k for k, _ in options) != OPTION_LETTERS[: len(options)]:
+            raise InputError(f"a tiny mcq prompt needs its options line 'A) .. B) ..': {head!r}")
+        return mcq_prompt(question, [text for _, text in options])
+    if domain == "code":
+        return code_prompt(question, question.split("(", 1)[0].strip())
+    return prompt_text
+
+
 def render_hinted(
-    tokenizer: PreTrainedTokenizerBase, prompt_text: str, solution: str, fraction: float, chat: bool
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_text: str,
+    solution: str,
+    fraction: float,
+    chat: bool,
+    domain: str | None = None,
 ) -> str:
     """The guided prompt x~ as the model is given it: `hinted_prompt`, through the chat template
-    for an instruct model (`render_prompt`)."""
+    for an instruct model (`render_prompt`; a tiny-world prompt first as `chat_text` words it,
+    so that the hint comes with the paper's wording and the domain's instruction)."""
+    if chat:
+        prompt_text = chat_text(prompt_text, domain)
     return render_prompt(tokenizer, hinted_prompt(prompt_text, solution, fraction), chat)
 
 
-def render_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool) -> str:
+def render_prompt(
+    tokenizer: PreTrainedTokenizerBase, text: str, chat: bool, domain: str | None = None
+) -> str:
     """What the model is given: `text` itself for a base model, or for an instruct model
     (`chat=True`) `text` as one user message in the tokenizer's chat template, ending with the
-    assistant turn's opening."""
+    assistant turn's opening; with its `domain`, a tiny-world prompt is first worded with its
+    answer-format instruction (`chat_text`)."""
     if not chat:
         return text
+    text = chat_text(text, domain)
     if not getattr(tokenizer, "chat_template", None):
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
         raise InputError(
@@ -269,7 +311,10 @@ def render_prompts(
     """Problem rows whose `prompt` is what the model is given (`render_prompt`)."""
     if not chat:
         return problems
-    rendered = [{**p, "prompt": render_prompt(tokenizer, p["prompt"], chat)} for p in problems]
+    rendered = [
+        {**p, "prompt": render_prompt(tokenizer, p["prompt"], chat, p.get("domain"))}
+        for p in problems
+    ]
     log_rendered([p["prompt"] for p in rendered])
     return rendered
 

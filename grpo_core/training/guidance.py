@@ -47,7 +47,7 @@ def sampling_context(q: Question, fraction: float | None, correction: str, token
         return q.prompt
     if correction == "prefix_rl":
         return q.prompt + char_prefix(q.solution, fraction)
-    return render_hinted(tokenizer, q.text, q.solution, fraction, q.chat)
+    return render_hinted(tokenizer, q.text, q.solution, fraction, q.chat, q.domain)
 
 
 def relay(ro: Rollouts, prompts: list[str], tokenizer, n: int) -> Rollouts:

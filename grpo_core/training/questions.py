@@ -111,7 +111,10 @@ def render_questions(questions: list[Question], tokenizer, chat: bool) -> list[Q
         return questions
     rendered = [
         dataclasses.replace(
-            q, prompt=render_prompt(tokenizer, q.prompt, chat), raw_prompt=q.prompt, chat=True
+            q,
+            prompt=render_prompt(tokenizer, q.prompt, chat, q.domain),
+            raw_prompt=q.prompt,
+            chat=True,
         )
         for q in questions
     ]
