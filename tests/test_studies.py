@@ -287,9 +287,11 @@ def test_a_teammate_gets_the_study_without_recomputing(study_repo, tmp_path):
     sh(tmp_path, "git", "init", "-q", "--bare", str(upstream))
     sh(repo, "git", "remote", "add", "study-origin", str(upstream))
     sh(repo, "dvc", "remote", "add", "-f", "-d", "study-shared", str(remote))
-    sh(repo, "git", "commit", "-qam", "remote")
+    sh(repo, "dvc", "repro")  # the main pipeline, whole, as a teammate would have pushed it
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "main pipeline and remote")
     sh(repo, "git", "push", "-q", "study-origin", "HEAD:main")
-    sh(repo, "dvc", "push", "dvc.yaml")  # the main pipeline only: the study is all in git
+    sh(repo, "dvc", "push")  # the main pipeline's outputs: the study is all in git
     sh(tmp_path, "git", "clone", "-q", "-b", "main", str(upstream), str(clone))
     pulled = sh(clone, "dvc", "pull")  # exits 0: nothing of the study is missing
     assert "Checkout failed" not in pulled.stdout + pulled.stderr
