@@ -37,23 +37,16 @@ CURVES = "metrics/sft"  # the warm start's loss and calibration probe, as DVC pl
 
 def base(params: BaseStage) -> None:
     cfg = params.model
-    if is_gguf(cfg.name):
-        source, record = resolve_gguf(cfg.name)
+    if cfg.name != "tiny":
         with atomic_path(OUT) as tmp:
-            record |= convert(source, tmp)
+            if is_gguf(cfg.name):
+                source, record = resolve_gguf(cfg.name)
+                record |= convert(source, tmp)
+            else:
+                source, record = resolve_model(cfg.name, cfg.revision)
+                shutil.copytree(source, tmp, ignore=shutil.ignore_patterns(".*"))
             if cfg.chat and not AutoTokenizer.from_pretrained(tmp).chat_template:
                 raise InputError(f"model.chat: {cfg.name!r} has no chat template (a base model?)")
-            write_json({**record, "chat": cfg.chat}, tmp / "grpo_lab.json")
-        with atomic_path(CURVES) as tmp:
-            WarmStart().write_curves(tmp, None)
-        log.info("models/base <- %s", record)
-        return
-    if cfg.name != "tiny":
-        source, record = resolve_model(cfg.name, cfg.revision)
-        if cfg.chat and not AutoTokenizer.from_pretrained(source).chat_template:
-            raise InputError(f"model.chat: {cfg.name!r} has no chat template (a base model?)")
-        with atomic_path(OUT) as tmp:
-            shutil.copytree(source, tmp, ignore=shutil.ignore_patterns(".*"))
             write_json({**record, "chat": cfg.chat}, tmp / "grpo_lab.json")
         with atomic_path(CURVES) as tmp:
             WarmStart().write_curves(tmp, None)
