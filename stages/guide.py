@@ -17,6 +17,7 @@ from grpo_core.config.guide import GuideStage
 from grpo_core.data.schema import read_problems
 from grpo_core.io import read_stage_output, write_parquet
 from grpo_core.models.loading import load_model, uses_chat
+from grpo_core.models.precision import set_dtype
 from stages.common import log, main
 
 GUIDE_SCHEMA = pa.schema(
@@ -38,6 +39,7 @@ def guide(params: GuideStage) -> None:
     rows: list[dict] = []
     if problems:
         model, tokenizer = load_model("models/base")
+        model = set_dtype(model, params.guide.dtype)
         chat = uses_chat("models/base")
         torch.manual_seed(params.seed)
         # unrendered problems: find_guides adds the hint to each prompt, then renders it

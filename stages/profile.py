@@ -15,6 +15,7 @@ from grpo_core.data.prompts import render_prompts
 from grpo_core.data.schema import check_selection, read_problems, select_problems
 from grpo_core.io import write_parquet
 from grpo_core.models.loading import load_model, uses_chat
+from grpo_core.models.precision import set_dtype
 from stages.common import log, main
 
 TRAIN_SPLIT = "data/prepared/train.parquet"
@@ -56,6 +57,7 @@ def profile(params: ProfileStage) -> None:
     check_selection(table, select_problems(table, levels, domains), levels, domains, TRAIN_SPLIT)
     problems = profiled_questions(table, levels, cfg.max_per_level, domains)
     model, tokenizer = load_model("models/base")
+    model = set_dtype(model, cfg.dtype)
     problems = render_prompts(problems, tokenizer, uses_chat("models/base"))
     torch.manual_seed(params.seed)
     samples = sample_problems(

@@ -20,8 +20,10 @@ import torch
 from grpo_core.config.train import TrainStage
 from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.models.loading import load_model, uses_chat
+from grpo_core.models.precision import set_dtype
 from grpo_core.training.checkpoints import publish_checkpoints
 from grpo_core.training.launch import in_launched_process, launch_processes, relaunch
+from grpo_core.training.lora import add_lora
 from grpo_core.training.parallel import data_parallel, make_accelerator
 from grpo_core.training.questions import render_questions, training_questions
 from grpo_core.training.rollout_log import ROLLOUT_LOG
@@ -45,6 +47,7 @@ def train(params: TrainStage) -> None:
     process = data_parallel(accelerator)
     questions = training_questions(params)
     policy, tokenizer = load_model(BASE_MODEL)
+    policy = set_dtype(policy, params.train.dtype)
     questions = render_questions(questions, tokenizer, uses_chat(BASE_MODEL))
     policy, log_rows, summary = train_policy(params, policy, tokenizer, questions, accelerator)
 
@@ -60,7 +63,10 @@ def train(params: TrainStage) -> None:
 
 def save_policy(params: TrainStage, policy, tokenizer) -> None:
     """models/policy: the trained weights (LoRA merged), the tokenizer, and the train params
-    after the algo preset was applied (what this policy was trained with)."""
+    after the algo preset was applied (what this policy was trained with). Always float32: a
+    bf16 run's adapters (float32) are merged into the float32 base (`float32_policy`)."""
+    if params.train.dtype != "float32":
+        policy = float32_policy(policy, params)
     if params.train.lora.enabled:
         policy = policy.merge_and_unload()
     with atomic_path("models/policy") as tmp:
@@ -73,6 +79,18 @@ def save_policy(params: TrainStage, policy, tokenizer) -> None:
             "chat": uses_chat(BASE_MODEL),
         }
         write_json(record, tmp / "grpo_lab.json")
+
+
+def float32_policy(policy, params: TrainStage):
+    """The LoRA policy `policy` (adapters on a bf16 base) as adapters on the float32 base: the
+    same adapter weights, so that merging them rounds nothing to bf16."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    adapters = get_peft_model_state_dict(policy)
+    base, _ = load_model(BASE_MODEL, device=policy.device)
+    float32 = add_lora(base, params.train.lora)
+    set_peft_model_state_dict(float32, adapters)
+    return float32
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
+from pathlib import Path
+
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from grpo_core.config.core import ParamsError
 from grpo_core.config.params import Params, load_params, parse_params
@@ -218,3 +221,45 @@ def test_train_and_eval_seeds_default_to_the_top_level_seed():
     assert parse_view({"seed": 3, "eval": {"seed": 0}}, EvaluateStage).eval_seed == 0
     with pytest.raises(ParamsError, match="train.seed"):
         parse_params({"train": {"seed": -1}})
+
+
+def test_the_params_reference_page_is_current_and_describes_every_key():
+    """docs/params.md is `python -m grpo_core.config.reference docs/params.md` of today's
+    models: a key added, removed or re-described without regenerating it fails here; and every
+    key of params.yaml has a row with a description."""
+    from grpo_core.config.reference import render, rows
+
+    assert Path("docs/params.md").read_text() == render(), (
+        "docs/params.md is stale: python -m grpo_core.config.reference docs/params.md"
+    )
+    with open("params.yaml") as f:
+        raw = yaml.safe_load(f)
+
+    def keys(mapping: dict, prefix: str = "") -> set[str]:
+        out = set()
+        for k, v in mapping.items():
+            out.add(prefix + k)
+            if isinstance(v, dict):
+                out |= keys(v, f"{prefix}{k}.")
+        return out
+
+    documented = {}
+    for name, info in Params.model_fields.items():
+        section = info.annotation if isinstance(info.annotation, type) else None
+        if section is not None and issubclass(section, BaseModel):
+            documented |= {r[0].strip("`"): r[3] for r in rows(section, name + ".")}
+    section_keys = {k for k in keys(raw) if "." in k}
+    assert section_keys <= set(documented), sorted(section_keys - set(documented))
+    assert not [k for k in section_keys if not documented[k]], "keys without a description"
+
+
+def test_a_type_is_named_with_its_bounds_and_choices():
+    from typing import Annotated, Literal
+
+    from pydantic import Field
+
+    from grpo_core.config.reference import type_name
+
+    assert type_name(Annotated[float, Field(gt=0, le=1)]) == "float (> 0, <= 1)"
+    assert type_name(Literal["a", "b"]) == '"a" \\| "b"'
+    assert type_name(list[int] | None) == "list of int or null"

@@ -226,25 +226,30 @@ def test_shared_prompts_give_the_log_probs_and_gradients_of_one_pass_per_row(tok
         torch.testing.assert_close(g, r, atol=1e-6 * scale, rtol=0)
 
 
-def test_per_group_generators_sample_a_group_alike_whatever_shares_its_batch(tokenizer, eos_likely):
+@pytest.mark.parametrize("draw", ["multinomial", "inverse_cdf"])
+def test_per_group_generators_sample_a_group_alike_whatever_shares_its_batch(
+    tokenizer, eos_likely, draw
+):
     """With one generator per prompt, a group's tokens depend on its generator only, not on
     which other groups are sampled beside it (how data-parallel processes split a step), and
-    the global generator is left alone."""
+    the global generator is left alone, whichever way a token is drawn."""
 
     def gens(seeds):
         return [torch.Generator().manual_seed(s) for s in seeds]
 
+    def sample(prompts, seeds):
+        return generate(
+            eos_likely, tokenizer, prompts, 4, 1.0, 20, generators=gens(seeds), draw=draw
+        )
+
     torch.manual_seed(0)
     before = torch.get_rng_state()
-    whole = generate(eos_likely, tokenizer, PROMPTS, 4, 1.0, 20, generators=gens([1, 2, 3]))
+    whole = sample(PROMPTS, [1, 2, 3])
     assert torch.equal(torch.get_rng_state(), before)
-    parts = [
-        generate(eos_likely, tokenizer, PROMPTS[:1], 4, 1.0, 20, generators=gens([1])),
-        generate(eos_likely, tokenizer, PROMPTS[1:], 4, 1.0, 20, generators=gens([2, 3])),
-    ]
+    parts = [sample(PROMPTS[:1], [1]), sample(PROMPTS[1:], [2, 3])]
     texts = [t for part in parts for t in part.texts]
     assert texts == whole.texts and len(set(texts)) > 3
-    other = generate(eos_likely, tokenizer, PROMPTS, 4, 1.0, 20, generators=gens([1, 2, 4]))
+    other = sample(PROMPTS, [1, 2, 4])
     assert other.texts[:8] == whole.texts[:8] and other.texts[8:] != whole.texts[8:]
     with pytest.raises(ValueError, match="2 generators for 3 prompts"):
         generate(eos_likely, tokenizer, PROMPTS, 4, 1.0, 20, generators=gens([1, 2]))

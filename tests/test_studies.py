@@ -137,6 +137,45 @@ def test_a_study_that_sets_data_or_model_builds_its_own_upstream(tmp_path):
     )
 
 
+def test_a_study_of_a_real_model_caches_its_base_and_declares_its_plots(tmp_path):
+    """A study whose params name a real model keeps that base (hundreds of MB) in the DVC
+    cache and the rest of its upstream in git; the step metrics it lists in `plots` become
+    DVC plots over every cell's train.csv, paths relative to the study's dvc.yaml."""
+    real = load_study(
+        _study(
+            tmp_path,
+            GOOD.replace("params: {", "params: {model.name: pypi:x/y.gguf, ").replace(
+                "title:", "plots: [reward, rewards/format/mean]\ntitle:"
+            ),
+        )
+    )
+    assert real.real_model
+    spec = yaml.safe_load(dvcfile.render("real", real))
+    up = "studies/real/upstream"
+    assert spec["stages"]["upstream"]["outs"] == [
+        {f"{up}/data": {"cache": False}},
+        {f"{up}/profile.parquet": {"cache": False}},
+        {f"{up}/guides.parquet": {"cache": False}},
+        f"{up}/models",
+    ]
+    for stage in ("base", "cell"):
+        assert f"{up}/models" in spec["stages"][stage]["deps"]
+        assert up not in spec["stages"][stage]["deps"]
+    files = [f"cells/{v}-{s}/train.csv" for v in real.variants for s in real.seeds]
+    assert spec["plots"][1] == {
+        "rewards/format/mean": {
+            "x": "step",
+            "y": {f: "rewards/format/mean" for f in files},
+            "title": "rewards/format/mean",
+        }
+    }
+    tiny = load_study(
+        _study(tmp_path / "tiny", GOOD.replace("params: {", "params: {model.chat: true, "))
+    )
+    assert tiny.own_upstream and not tiny.real_model
+    assert "plots" not in yaml.safe_load(dvcfile.render("tiny", tiny))
+
+
 def test_a_bad_override_is_named_with_the_variant_and_the_key(tmp_path):
     study = load_study(_study(tmp_path, GOOD.replace("train.group_size: 4", "train.grup: 4")))
     with pytest.raises(StudyError, match=r"variant b[\s\S]*train.grup: unknown key"):

@@ -14,6 +14,7 @@ from grpo_core.analysis.sampling import sample_problems
 from grpo_core.config.eval import EvaluateStage
 from grpo_core.data.prompts import render_prompts
 from grpo_core.models.loading import load_model, uses_chat
+from grpo_core.models.precision import set_dtype
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -120,6 +121,7 @@ def sample_model(
     `eval.greedy`) of one model, each with its problem's id, source, domain and level."""
     cfg, code = params.eval, params.reward.code
     model, tokenizer = load_model(path)
+    model = set_dtype(model, cfg.dtype)
     problems = render_prompts(problems, tokenizer, uses_chat(path))
     torch.manual_seed(params.eval_seed)
     runs = {"sampled": False, "greedy": True} if cfg.greedy else {"sampled": False}

@@ -69,6 +69,7 @@ def sample_problems(
             cfg.temperature,
             cfg.max_new_tokens,
             greedy=greedy,
+            draw=cfg.draw,
         )
         lengths = ro.lengths.tolist()
         mean_logp: list[float] = []

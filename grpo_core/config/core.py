@@ -12,7 +12,7 @@ an error in every stage.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -38,6 +38,30 @@ PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Seed = Annotated[int, Field(ge=0)]
+
+# How a stage computes on the model (`dtype`) and draws its tokens (`draw`): train, profile,
+# guide and eval each have both. The defaults are the reference: float32 weights, and
+# torch.multinomial's draw, the random numbers of `model.generate`.
+Dtype = Annotated[
+    Literal["float32", "bfloat16"],
+    Field(
+        description="The parameters' dtype while the stage runs: float32, or bfloat16 "
+        "(grpo_core.models.precision), where a CPU with AVX512-BF16/AMX multiplies 3-7x "
+        "faster; token log-probs then move by 0.035 nats on average "
+        "(benchmarks/results/cpu-dtype-smollm2.md). In train it needs LoRA (the adapters "
+        "stay float32, and the policy is merged and saved in float32).",
+    ),
+]
+Draw = Annotated[
+    Literal["multinomial", "inverse_cdf"],
+    Field(
+        description="How a sampled token is drawn from its distribution. multinomial: "
+        "torch.multinomial, the random numbers of `model.generate` (one exponential per "
+        "vocabulary entry: on a CPU, a third of SmolLM2's generation time at its 49,152 "
+        "tokens). inverse_cdf: one uniform per row against the cumulative probabilities, the "
+        "same distribution from other random numbers (grpo_core.rollout.sampler).",
+    ),
+]
 
 
 def _increasing(fractions: list[float]) -> list[float]:

@@ -23,11 +23,13 @@ from grpo_core.config.core import (
 class TinyModelParams(Section):
     """Architecture of the tiny-world decoder (a standard Qwen2 config)."""
 
-    hidden_size: PositiveInt = 128
-    num_layers: PositiveInt = 3
-    num_heads: PositiveInt = 4
-    intermediate_size: PositiveInt = 512
-    max_position_embeddings: PositiveInt = 256
+    hidden_size: PositiveInt = Field(128, description="Width of the residual stream.")
+    num_layers: PositiveInt = Field(3, description="Decoder layers.")
+    num_heads: PositiveInt = Field(4, description="Attention heads; must divide hidden_size.")
+    intermediate_size: PositiveInt = Field(512, description="Width of each MLP's hidden layer.")
+    max_position_embeddings: PositiveInt = Field(
+        256, description="Longest sequence (prompt and completion) the model positions."
+    )
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> TinyModelParams:
@@ -65,8 +67,8 @@ class SFTStop(Section):
         description="Completions per probe question; a check samples all questions x samples "
         "sequences in one generate call (256 by default, on the tiny model).",
     )
-    temperature: PositiveFloat = 1.0
-    max_new_tokens: PositiveInt = 72
+    temperature: PositiveFloat = Field(1.0, description="Sampling temperature of the probe.")
+    max_new_tokens: PositiveInt = Field(72, description="Most tokens of a probe completion.")
 
 
 class SFTParams(Section):
@@ -82,8 +84,10 @@ class SFTParams(Section):
         description="Unguided examples per optimizer step; the step's one forward and backward "
         "holds these and the guided_batch_size guided ones.",
     )
-    lr: PositiveFloat = 3e-3
-    warmup_steps: Annotated[int, Field(ge=0)] = 20
+    lr: PositiveFloat = Field(3e-3, description="AdamW's peak learning rate (cosine decay).")
+    warmup_steps: Annotated[int, Field(ge=0)] = Field(
+        20, description="Linear learning-rate warmup, in optimizer steps."
+    )
     level_weights: list[Annotated[float, Field(ge=0)]] = Field(
         default=[1.0, 1.0, 1.0, 0.5, 0.15],
         description="Sampling weight of each level (level 1 first) in the SFT mixture; "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from grpo_core.config.core import PositiveFloat, PositiveInt, Section
+from grpo_core.config.core import Draw, Dtype, PositiveFloat, PositiveInt, Section
 
 
 class SamplingParams(Section):
@@ -13,7 +13,11 @@ class SamplingParams(Section):
 
     samples: PositiveInt = Field(8, description="Completions per question.")
     temperature: PositiveFloat = Field(1.0, description="Sampling temperature.")
-    max_new_tokens: PositiveInt = 72
+    max_new_tokens: PositiveInt = Field(
+        72,
+        description="Most tokens of a completion; one cut there has no final answer and "
+        "scores 0 (the tiny world's solutions take at most 48).",
+    )
     batch_size: PositiveInt = Field(
         512,
         description="The most sequences in one generate call or scoring forward: whole "
@@ -21,3 +25,5 @@ class SamplingParams(Section):
         "question's samples beyond it are split over calls. It bounds memory, but the calls "
         "draw from one random stream in turn, so another value draws other samples.",
     )
+    dtype: Dtype = "float32"
+    draw: Draw = "multinomial"

@@ -8,7 +8,16 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from grpo_core.algorithms.presets import ALGOS, apply_preset, apply_reward_preset
-from grpo_core.config.core import Fractions, PositiveFloat, PositiveInt, Section, Seed, StageParams
+from grpo_core.config.core import (
+    Draw,
+    Dtype,
+    Fractions,
+    PositiveFloat,
+    PositiveInt,
+    Section,
+    Seed,
+    StageParams,
+)
 from grpo_core.config.launch import Launch
 from grpo_core.config.reward import RewardParams
 from grpo_core.config.selection import TrainSelection
@@ -17,10 +26,12 @@ from grpo_core.config.selection import TrainSelection
 class LoraParams(Section):
     """Optional LoRA adapters (peft). The KL reference is then the model with adapters off."""
 
-    enabled: bool = False
-    r: PositiveInt = 8
-    alpha: PositiveFloat = 16.0
-    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    enabled: bool = Field(False, description="Train adapters instead of every weight.")
+    r: PositiveInt = Field(8, description="Rank of each adapter.")
+    alpha: PositiveFloat = Field(16.0, description="Scale: the update is alpha / r x B A.")
+    dropout: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0, description="Dropout on the adapters' input."
+    )
     target_modules: (
         Literal["all-linear", "attention", "mlp"] | Annotated[list[str], Field(min_length=1)]
     ) = Field(
@@ -197,15 +208,23 @@ class TrainParams(TrainSelection):
         8, description="Completions per question (G); group statistics need at least 2."
     )
     temperature: PositiveFloat = Field(1.0, description="Sampling temperature of rollouts.")
-    max_new_tokens: PositiveInt = 72
-    lr: PositiveFloat = 7e-5
+    max_new_tokens: PositiveInt = Field(
+        72,
+        description="Most tokens of a rollout; one cut there scores 0 unless a shaping term "
+        "says otherwise (DAPO's overlong penalty), and counts in completions/clipped_ratio.",
+    )
+    lr: PositiveFloat = Field(7e-5, description="AdamW's learning rate, after the warmup.")
     warmup_steps: Annotated[int, Field(ge=0)] = Field(
         5,
         description="Linear learning-rate warmup, in optimizer steps; constant afterwards. "
         "Adam's first steps are sign-like, so a short warmup keeps them from jolting the policy.",
     )
-    weight_decay: Annotated[float, Field(ge=0)] = 0.0
-    max_grad_norm: PositiveFloat = 1.0
+    weight_decay: Annotated[float, Field(ge=0)] = Field(0.0, description="AdamW's weight decay.")
+    max_grad_norm: PositiveFloat = Field(
+        1.0, description="Clip the gradient's global norm to this before each optimizer step."
+    )
+    dtype: Dtype = "float32"
+    draw: Draw = "multinomial"
     gradient_checkpointing: bool = Field(
         False,
         description="Recompute each block's activations in the backward pass instead of "
@@ -305,6 +324,16 @@ class TrainParams(TrainSelection):
     codapo: CodapoParams = CodapoParams()
     oc_grpo: OffContextParams = OffContextParams()
     lora: LoraParams = LoraParams()
+
+    @model_validator(mode="after")
+    def _bf16_needs_lora(self) -> TrainParams:
+        if self.dtype == "bfloat16" and not self.lora.enabled:
+            raise ValueError(
+                "dtype bfloat16 needs lora.enabled: true (LoRA's adapters train in float32 on a "
+                "bf16 base; full fine-tuning of bf16 weights would lose every update smaller "
+                "than 2^-8 of a weight)"
+            )
+        return self
 
 
 Algo = Annotated[

@@ -9,8 +9,13 @@ backward passes, not Python. So the savings here are in tokens not recomputed:
   forward: the logits are there already), with the model state and temperature they belong to
   (`_sampler_key`), and `grpo_core.rollout.scoring.score_rollouts` returns them when asked for
   the sampling policy's log-probs at the sampling temperature, instead of a forward over the
-  batch.
+  batch; not for a bf16 model (`_computes_in_float32`).
 Both change results only by float rounding (the same sums, computed in other shapes).
+
+A token is drawn with `torch.multinomial` by default, as `model.generate` draws it: the same
+random numbers, so the same completions. It draws one exponential per vocabulary entry, a
+third of the time of a CPU generation at SmolLM2's 49,152 tokens; `draw="inverse_cdf"` takes
+one uniform per row instead (`inverse_cdf_draw`): the same distribution, other samples.
 """
 
 from __future__ import annotations
@@ -61,6 +66,14 @@ def _plain_sampler(model) -> bool:
     return config is None or all(getattr(config, k, None) in (None, v) for k, v in _NEUTRAL.items())
 
 
+def _computes_in_float32(model) -> bool:
+    """Whether the sampler's log-probs stand for a forward's: in float32 they agree to 1e-6,
+    but a bf16 model's cached decoding and its forward round apart by hundredths of a nat, so
+    its rollouts carry no key and pi_old is scored by the forward the update runs (as verl
+    recomputes it): the first update's importance ratio is then exactly 1."""
+    return unwrap(model).get_input_embeddings().weight.dtype == torch.float32
+
+
 def _sampler_key(model, temperature: float) -> tuple:
     """Identifies a model's weights at one moment: parameters' version counters move with
     every in-place update (optimizer steps, load_state_dict)."""
@@ -79,6 +92,7 @@ def _sample(
     pad: int,
     min_new_tokens: int = 0,
     generators: list[torch.Generator] | None = None,
+    draw: str = "multinomial",
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Decode up to `max_new_tokens` after the left-padded contexts `ids`, with a KV cache.
 
@@ -112,7 +126,7 @@ def _sample(
         if step < min_new_tokens:
             scores = scores.clone()
             scores[:, eos] = -float("inf")
-        token = _next_token(scores, greedy, generators)
+        token = _next_token(scores, greedy, generators, draw)
         token = token * unfinished + pad * (1 - unfinished)
         tokens.append(token)
         if logp_all is not None:
@@ -130,22 +144,48 @@ def _sample(
 
 
 def _next_token(
-    scores: torch.Tensor, greedy: bool, generators: list[torch.Generator] | None
+    scores: torch.Tensor,
+    greedy: bool,
+    generators: list[torch.Generator] | None,
+    draw: str = "multinomial",
 ) -> torch.Tensor:
-    """One token per row from `scores` (B, V): the argmax, one `torch.multinomial` over every
-    row, or one per group of rows from that group's generator."""
+    """One token per row from `scores` (B, V): the argmax, or a draw over every row from
+    torch's global generator, or one per group of rows from that group's generator. The draw
+    is `torch.multinomial` or, with `draw="inverse_cdf"`, `inverse_cdf_draw`."""
     if greedy:
         return torch.argmax(scores, dim=-1)
-    if generators is None:
-        return torch.multinomial(F.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+    if draw not in DRAWS:
+        raise ValueError(f"draw={draw!r}: allowed values are {DRAWS}")
     probs = F.softmax(scores, dim=-1)
-    n = scores.shape[0] // len(generators)
+    parts = [(probs, None)]
+    if generators is not None:
+        n = scores.shape[0] // len(generators)
+        parts = [(probs[i * n : (i + 1) * n], gen) for i, gen in enumerate(generators)]
+    if draw == "multinomial":
+        return torch.cat([torch.multinomial(p, 1, generator=gen) for p, gen in parts]).squeeze(1)
     return torch.cat(
         [
-            torch.multinomial(probs[i * n : (i + 1) * n], 1, generator=gen)
-            for i, gen in enumerate(generators)
+            inverse_cdf_draw(
+                p, torch.rand(p.shape[0], dtype=torch.float64, device=p.device, generator=gen)
+            )
+            for p, gen in parts
         ]
-    ).squeeze(1)
+    )
+
+
+DRAWS = ("multinomial", "inverse_cdf")
+
+
+def inverse_cdf_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The token of each row of `probs` (B, V) whose cumulative-probability interval holds
+    `u` (B,), uniform in [0, 1): the first index i with u * total < cdf[i], cumulated in
+    float64. A token of probability 0 has an empty interval, so it is never drawn; where
+    u * total rounds up to the total, the last token of non-zero probability is."""
+    cdf = probs.double().cumsum(dim=-1)
+    target = (u.double() * cdf[:, -1]).unsqueeze(1)
+    index = torch.searchsorted(cdf, target, right=True).squeeze(1)
+    last = probs.shape[1] - 1 - (probs.flip(1) > 0).int().argmax(dim=1)
+    return torch.minimum(index, last)
 
 
 @torch.no_grad()
@@ -159,6 +199,7 @@ def generate(
     greedy: bool = False,
     min_new_tokens: int = 0,
     generators: list[torch.Generator] | None = None,
+    draw: str = "multinomial",
 ) -> Rollouts:
     """Sample `num_samples` completions per prompt; rows are grouped prompt by prompt.
 
@@ -170,7 +211,8 @@ def generate(
 
     `generators` (one per prompt) give each prompt's group its own random stream (see
     `_sample`); None samples from torch's global generator, exactly as `model.generate`. A
-    model that samples through `model.generate` (`_plain_sampler` false) ignores them.
+    model that samples through `model.generate` (`_plain_sampler` false) ignores them, and
+    `draw` ("multinomial", as `model.generate`, or "inverse_cdf": see the module's doc).
     """
     if generators is not None and len(generators) != len(prompts):
         raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
@@ -195,8 +237,9 @@ def generate(
             pad,
             min_new_tokens,
             generators=generators,
+            draw=draw,
         )
-        if not greedy:
+        if not greedy and _computes_in_float32(model):
             key = _sampler_key(model, temperature)
     else:
         completion = _generate_hf(

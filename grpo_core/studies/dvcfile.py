@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from grpo_core.codedeps import closure
-from grpo_core.studies.spec import Study, load_study
+from grpo_core.studies.spec import Study, cell_key, load_study
 
 # The modules each stage runs: its own command and the pipeline stages it starts.
 RUNS = {
@@ -58,9 +58,16 @@ def render(name: str, study: Study) -> str:
     read those instead of the main pipeline's."""
     d = f"studies/{name}"
     read = ["seed", "profile", "guide", "train.levels", "train.domains", "reward.code"]
+    # in git, like the cells: a teammate's clone has it without the cache it ran in; but for a
+    # real model, whose base directory is hundreds of MB, that directory is cached
+    upstream_outs: list = [{f"{d}/upstream": {"cache": False}}]
     if study.own_upstream:
         upstream = {"deps": [*code("own_upstream"), "data/raw"], "read": ["data", "model", *read]}
         inputs = {"train": [f"{d}/upstream"], "eval": [f"{d}/upstream"]}
+        if study.real_model:
+            kept = [f"{d}/upstream/{p}" for p in ("data", "profile.parquet", "guides.parquet")]
+            upstream_outs = [{p: {"cache": False}} for p in kept] + [f"{d}/upstream/models"]
+            inputs = {k: [*kept, f"{d}/upstream/models"] for k in ("train", "eval")}
     else:
         upstream = {
             "deps": [*code("upstream"), "models/base", "data/prepared/train.parquet"],
@@ -87,8 +94,7 @@ def render(name: str, study: Study) -> str:
             "wdir": "../..",
             "deps": upstream["deps"],
             "params": [{"params.yaml": upstream["read"]}, {f"{d}/study.yaml": ["params"]}],
-            # in git, like the cells: a teammate's clone has it without the cache it ran in
-            "outs": [{f"{d}/upstream": {"cache": False}}],
+            "outs": upstream_outs,
         },
         "base": {
             "matrix": {"seed": "${seeds}"},
@@ -126,8 +132,21 @@ def render(name: str, study: Study) -> str:
         f"stages.study_report init {name}`:\n# edit study.yaml, not this file. Run it with "
         f"`dvc repro {d}/dvc.yaml` (docs/studies.md).\n"
     )
-    body = yaml.safe_dump({"vars": ["study.yaml"], "stages": stages}, sort_keys=False, width=100)
+    spec = {"vars": ["study.yaml"], "stages": stages}
+    if study.plots:
+        spec["plots"] = plots(study)
+    body = yaml.safe_dump(spec, sort_keys=False, width=100)
     return head + body
+
+
+def plots(study: Study) -> list[dict]:
+    """DVC plots of `study.plots`: one per step metric, a line per cell (its train.csv, a path
+    relative to the study's dvc.yaml), against the step."""
+    files = [f"cells/{cell_key(v, s)}/train.csv" for v, s in study.cells()]
+    return [
+        {metric: {"x": "step", "y": {f: metric for f in files}, "title": metric}}
+        for metric in study.plots
+    ]
 
 
 def write(name: str, root: Path = Path(".")) -> Path:

@@ -144,6 +144,14 @@ class Study(_Strict):
         description="The study's plain GRPO variant on the arith ladder, if it has one: "
         "docs/findings.md reads the capacity boundary against it in every study that names one.",
     )
+    plots: list[str] = Field(
+        default_factory=list,
+        description="Step metrics of training (columns of a cell's train.csv, e.g. reward, "
+        "rewards/format/mean, completions/mean_length) that the study's dvc.yaml declares as "
+        "DVC plots, one plot per metric with a line per cell: `dvc plots show "
+        "studies/<name>/dvc.yaml`. None by default: `dvc plots show` in the repository root "
+        "would draw every cell of every study.",
+    )
 
     @field_validator("seeds")
     @classmethod
@@ -211,6 +219,13 @@ class Study(_Strict):
         """Whether the study builds its own data and base model (its `params` set `data` or
         `model` keys) instead of sharing the main pipeline's."""
         return any(_under(key, s) for key in self.params for s in UPSTREAM)
+
+    @property
+    def real_model(self) -> bool:
+        """Whether the study's own base is a real model (its params name a `model.name` other
+        than tiny): hundreds of MB, kept in the DVC cache, not in git."""
+        name = self.params.get("model.name", (self.params.get("model") or {}).get("name"))
+        return name not in (None, "tiny")
 
     def cells(self) -> list[tuple[str, int]]:
         return [(v, s) for v in self.variants for s in self.seeds]

@@ -93,6 +93,7 @@ class GroupSampler:
                 temperature=self.cfg.temperature,
                 max_new_tokens=self.cfg.max_new_tokens,
                 generators=generators,
+                draw=self.cfg.draw,
             )
         else:
             ro = self._backend_rollouts(prompts, n)
