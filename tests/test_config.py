@@ -224,13 +224,13 @@ def test_train_and_eval_seeds_default_to_the_top_level_seed():
 
 
 def test_the_params_reference_page_is_current_and_describes_every_key():
-    """docs/params.md is `python -m grpo_core.config.reference docs/params.md` of today's
+    """docs/params.md is `python -m grpo_core.params_reference docs/params.md` of today's
     models: a key added, removed or re-described without regenerating it fails here; and every
     key of params.yaml has a row with a description."""
-    from grpo_core.config.reference import render, rows
+    from grpo_core.params_reference import render, rows
 
     assert Path("docs/params.md").read_text() == render(), (
-        "docs/params.md is stale: python -m grpo_core.config.reference docs/params.md"
+        "docs/params.md is stale: python -m grpo_core.params_reference docs/params.md"
     )
     with open("params.yaml") as f:
         raw = yaml.safe_load(f)
@@ -258,7 +258,7 @@ def test_a_type_is_named_with_its_bounds_and_choices():
 
     from pydantic import Field
 
-    from grpo_core.config.reference import type_name
+    from grpo_core.params_reference import type_name
 
     assert type_name(Annotated[float, Field(gt=0, le=1)]) == "float (> 0, <= 1)"
     assert type_name(Literal["a", "b"]) == '"a" \\| "b"'

@@ -1,7 +1,7 @@
 """docs/params.md, generated from the pydantic models that validate params.yaml: every key,
 its type, its default and its description, section by section.
 
-    python -m grpo_core.config.reference docs/params.md
+    python -m grpo_core.params_reference docs/params.md
 
 `tests/test_config.py` checks that the page is current, so a new or changed key that is not
 regenerated fails the suite.
@@ -100,7 +100,7 @@ def render() -> str:
         "# Every parameter",
         "",
         "_Generated from the pydantic models in `grpo_core/config/` by `python -m "
-        "grpo_core.config.reference docs/params.md`; do not edit. Each key is declared, "
+        "grpo_core.params_reference docs/params.md`; do not edit. Each key is declared, "
         "validated and described in the module of its section; `params.yaml` spells every "
         "one out._",
         "",
@@ -122,7 +122,7 @@ def render() -> str:
 
 def main(argv: list[str]) -> None:
     if len(argv) != 1:
-        raise SystemExit("usage: python -m grpo_core.config.reference docs/params.md")
+        raise SystemExit("usage: python -m grpo_core.params_reference docs/params.md")
     with atomic_path(Path(argv[0])) as tmp:
         tmp.write_text(render())
     print(argv[0])
