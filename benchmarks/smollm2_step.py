@@ -7,7 +7,8 @@ A step is `GRPOTrainer.step` (grpo_core/training/trainer.py) with the `grpo` pre
 (r 16 on every linear layer but the head): `--prompts` level-2 arith questions in the chat
 template x `--group` completions of exactly `--new-tokens` tokens (EOS held back, as
 `benchmarks.step_time` does, so every configuration does the same work), rewarded by the
-verifier, then `train.updates_per_batch` (2) optimizer steps in micro-batches. Each
+verifier, then `train.updates_per_batch` (2) optimizer steps in micro-batches over every row
+(an entropy bonus of 1e-3 keeps the uniform groups of exact lengths in the update). Each
 configuration `dtype:draw:micro_batch_size` runs `--steps` steps in a process of its own; the
 first is not timed (allocation), the median of the rest is reported, with the median time in
 generation and the process's peak RSS. Run it alone on the machine: another job on the 2 cores
@@ -52,6 +53,10 @@ def one_config(model_dir: str, config: str, args: dict, queue) -> None:
     n, g, t = args["prompts"], args["group"], args["new_tokens"]
     train = {"prompts_per_step": n, "group_size": g, "max_new_tokens": t, "dtype": dtype}
     train |= {"draw": draw, "micro_batch_size": int(micro), "warmup_steps": 0}
+    # exact lengths leave every group uniform (no completion boxes an answer within them), and
+    # the trainer skips the forward and backward of uniform groups; an entropy bonus makes
+    # every row's count, so each update runs on all rows, as a step with signal does
+    train["entropy_coef"] = 1e-3
     train["lora"] = {"enabled": True, "r": 16, "alpha": 32, "target_modules": "all-linear"}
     params = parse_params({"train": train})
     model, tokenizer = load_model(model_dir, device=torch.device("cpu"))
