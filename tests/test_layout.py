@@ -21,6 +21,7 @@ LAYERS = [
     {"analysis"},
     {"training"},
     {"studies"},
+    {"params_reference"},  # a leaf nothing imports: renders docs/params.md from config
 ]
 MAX_MODULE_LINES = 500
 MAX_STAGE_LINES = 120

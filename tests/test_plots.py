@@ -54,6 +54,14 @@ def declared() -> dict[str, dict]:
     for entry in doc["plots"]:
         plot_id, props = (entry, {}) if isinstance(entry, str) else next(iter(entry.items()))
         out[plot_id] = props or {}
+    # DVC draws every dvc.yaml's plots: a study's (grpo_core/studies/dvcfile.py) name files
+    # relative to its folder.
+    for path in sorted(ROOT.glob("studies/*/dvc.yaml")):
+        folder = path.parent.relative_to(ROOT).as_posix()
+        for entry in yaml.safe_load(path.read_text()).get("plots", []):
+            plot_id, props = next(iter(entry.items()))
+            ys = {f"{folder}/{f}": cols for f, cols in props["y"].items()}
+            out[plot_id] = {**props, "y": ys}
     return out
 
 

@@ -36,7 +36,8 @@ def test_every_study_dvc_yaml_is_its_template(name):
     """dvc.yaml is generated: editing a module a study stage runs changes its deps, and
     `python -m stages.study_report init NAME` rewrites it."""
     study = load_study(ROOT / "studies" / name)
-    assert (ROOT / "studies" / name / "dvc.yaml").read_text() == dvcfile.render(name, study), (
+    written = (ROOT / "studies" / name / "dvc.yaml").read_text()
+    assert written == dvcfile.render(name, study, ROOT), (
         f"studies/{name}/dvc.yaml is stale: python -m stages.study_report init {name}"
     )
 
@@ -140,7 +141,8 @@ def test_a_study_that_sets_data_or_model_builds_its_own_upstream(tmp_path):
 def test_a_study_of_a_real_model_caches_its_base_and_declares_its_plots(tmp_path):
     """A study whose params name a real model keeps that base (hundreds of MB) in the DVC
     cache and the rest of its upstream in git; the step metrics it lists in `plots` become
-    DVC plots over every cell's train.csv, paths relative to the study's dvc.yaml."""
+    DVC plots over the train.csv of every cell that has run, paths relative to the study's
+    dvc.yaml (a cell not yet run would be a missing file in every `dvc plots show`)."""
     real = load_study(
         _study(
             tmp_path,
@@ -150,7 +152,7 @@ def test_a_study_of_a_real_model_caches_its_base_and_declares_its_plots(tmp_path
         )
     )
     assert real.real_model
-    spec = yaml.safe_load(dvcfile.render("real", real))
+    spec = yaml.safe_load(dvcfile.render("real", real, tmp_path))
     up = "studies/real/upstream"
     assert spec["stages"]["upstream"]["outs"] == [
         {f"{up}/data": {"cache": False}},
@@ -161,19 +163,25 @@ def test_a_study_of_a_real_model_caches_its_base_and_declares_its_plots(tmp_path
     for stage in ("base", "cell"):
         assert f"{up}/models" in spec["stages"][stage]["deps"]
         assert up not in spec["stages"][stage]["deps"]
-    files = [f"cells/{v}-{s}/train.csv" for v in real.variants for s in real.seeds]
+    assert "plots" not in spec  # no cell has run
+    cells = [f"{v}-{s}" for v in real.variants for s in real.seeds]
+    for cell in cells[:2]:
+        (tmp_path / "studies/real/cells" / cell).mkdir(parents=True)
+        (tmp_path / "studies/real/cells" / cell / "train.csv").write_text("step,reward\n")
+    spec = yaml.safe_load(dvcfile.render("real", real, tmp_path))
     assert spec["plots"][1] == {
-        "rewards/format/mean": {
+        "real: rewards/format/mean": {
             "x": "step",
-            "y": {f: "rewards/format/mean" for f in files},
-            "title": "rewards/format/mean",
+            "y": {f"cells/{c}/train.csv": "rewards/format/mean" for c in cells[:2]},
+            "title": "real: rewards/format/mean (a line per cell)",
+            "template": "series",
         }
     }
     tiny = load_study(
         _study(tmp_path / "tiny", GOOD.replace("params: {", "params: {model.chat: true, "))
     )
     assert tiny.own_upstream and not tiny.real_model
-    assert "plots" not in yaml.safe_load(dvcfile.render("tiny", tiny))
+    assert "plots" not in yaml.safe_load(dvcfile.render("tiny", tiny, tmp_path / "tiny"))
 
 
 def test_a_bad_override_is_named_with_the_variant_and_the_key(tmp_path):

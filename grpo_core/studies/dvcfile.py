@@ -52,10 +52,11 @@ def code(stage: str) -> list[str]:
 MANIFEST = "grpo_core.codedeps"
 
 
-def render(name: str, study: Study) -> str:
+def render(name: str, study: Study, root: Path = Path(".")) -> str:
     """studies/<name>/dvc.yaml for `study`: with its own upstream (`study.own_upstream`), the
     upstream stage prepares the data and trains the base from data/raw, and the other stages
-    read those instead of the main pipeline's."""
+    read those instead of the main pipeline's. Its plots draw the cells that have run (their
+    train.csv under `root`)."""
     d = f"studies/{name}"
     read = ["seed", "profile", "guide", "train.levels", "train.domains", "reward.code"]
     # in git, like the cells: a teammate's clone has it without the cache it ran in; but for a
@@ -133,18 +134,37 @@ def render(name: str, study: Study) -> str:
         f"`dvc repro {d}/dvc.yaml` (docs/studies.md).\n"
     )
     spec = {"vars": ["study.yaml"], "stages": stages}
-    if study.plots:
-        spec["plots"] = plots(study)
+    drawn = plots(name, study, root)
+    if drawn:
+        spec["plots"] = drawn
     body = yaml.safe_dump(spec, sort_keys=False, width=100)
     return head + body
 
 
-def plots(study: Study) -> list[dict]:
-    """DVC plots of `study.plots`: one per step metric, a line per cell (its train.csv, a path
-    relative to the study's dvc.yaml), against the step."""
-    files = [f"cells/{cell_key(v, s)}/train.csv" for v, s in study.cells()]
+def plots(name: str, study: Study, root: Path = Path(".")) -> list[dict]:
+    """DVC plots of `study.plots`: one per step metric, id "<name>: <metric>", a line per cell
+    that has run (its train.csv, a path relative to the study's dvc.yaml), against the step.
+
+    DVC gathers the plots of every dvc.yaml in the repository, so `dvc plots show` in the root
+    draws these too: a cell not yet run is left out rather than reported there as a missing
+    file, and `python -m stages.study_report init NAME` after the cells have run adds them."""
+    folder = root / "studies" / name
+    files = [
+        f"cells/{cell_key(v, s)}/train.csv"
+        for v, s in study.cells()
+        if (folder / "cells" / cell_key(v, s) / "train.csv").is_file()
+    ]
+    if not files:
+        return []
     return [
-        {metric: {"x": "step", "y": {f: metric for f in files}, "title": metric}}
+        {
+            f"{name}: {metric}": {
+                "x": "step",
+                "y": {f: metric for f in files},
+                "title": f"{name}: {metric} (a line per cell)",
+                "template": "series",
+            }
+        }
         for metric in study.plots
     ]
 
@@ -152,5 +172,5 @@ def plots(study: Study) -> list[dict]:
 def write(name: str, root: Path = Path(".")) -> Path:
     folder = root / "studies" / name
     path = folder / "dvc.yaml"
-    path.write_text(render(name, load_study(folder)))
+    path.write_text(render(name, load_study(folder), root))
     return path
