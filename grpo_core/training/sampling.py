@@ -12,6 +12,7 @@ import torch
 
 from grpo_core.config.reward import RewardParams
 from grpo_core.config.train import TrainParams
+from grpo_core.config.user_reward import resolve
 from grpo_core.rewards.shaping import format_reward, overlong_penalty, shaped_rewards
 from grpo_core.rewards.verify import verify_batch
 from grpo_core.rollout.backends import RolloutBackend, truncated_is_weights
@@ -52,6 +53,7 @@ class GroupSampler:
         self.cfg = cfg
         self.reward = reward
         self.backend = backend
+        self.function = resolve(reward.function)  # a user's reward.function, or None
         self._synced = None  # the weights' `_sampler_key` at the backend's last sync
 
     def sync_backend(self) -> None:
@@ -115,7 +117,7 @@ class GroupSampler:
         if reward_prefixes is not None:
             texts = [reward_prefixes[i // n] + t for i, t in enumerate(ro.texts)]
         device = ro.input_ids.device
-        correct = verify_batch(domains, texts, answers, self.reward.code)
+        correct = verify_batch(domains, texts, answers, self.reward.code, self.function)
         fmt = [format_reward(d, t, a) for d, t, a in zip(domains, texts, answers, strict=True)]
         overlong = None
         if self.reward.weights.overlong:
