@@ -14,6 +14,7 @@ import torch
 
 from grpo_core.analysis.guides import find_guides
 from grpo_core.config.guide import GuideStage
+from grpo_core.config.user_reward import resolve
 from grpo_core.data.schema import read_problems
 from grpo_core.io import read_stage_output, write_parquet
 from grpo_core.models.loading import load_model, uses_chat
@@ -44,7 +45,13 @@ def guide(params: GuideStage) -> None:
         torch.manual_seed(params.seed)
         # unrendered problems: find_guides adds the hint to each prompt, then renders it
         rows = find_guides(
-            model, tokenizer, problems, params.guide, chat=chat, code=params.reward.code
+            model,
+            tokenizer,
+            problems,
+            params.guide,
+            chat=chat,
+            code=params.reward.code,
+            function=resolve(params.reward.function),
         )
     write_parquet(pa.Table.from_pylist(rows, schema=GUIDE_SCHEMA), "data/guides.parquet")
     found = [r["fraction"] for r in rows if r["fraction"] is not None]

@@ -11,6 +11,7 @@ import torch
 from grpo_core.analysis.difficulty import summarize_profile
 from grpo_core.analysis.sampling import sample_problems
 from grpo_core.config.profile import ProfileStage
+from grpo_core.config.user_reward import resolve
 from grpo_core.data.prompts import render_prompts
 from grpo_core.data.schema import check_selection, read_problems, select_problems
 from grpo_core.io import write_parquet
@@ -68,6 +69,7 @@ def profile(params: ProfileStage) -> None:
         "profile",
         with_logprobs=True,
         code=params.reward.code,
+        function=resolve(params.reward.function),
     )
     rows = summarize_profile(problems, samples)
     out = pa.Table.from_pylist(rows, schema=PROFILE_SCHEMA)

@@ -12,6 +12,7 @@ import torch
 from grpo_core.analysis.difficulty import is_correct
 from grpo_core.analysis.sampling import sample_problems
 from grpo_core.config.eval import EvaluateStage
+from grpo_core.config.user_reward import resolve
 from grpo_core.data.prompts import render_prompts
 from grpo_core.models.loading import load_model, uses_chat
 from grpo_core.models.precision import set_dtype
@@ -128,7 +129,14 @@ def sample_model(
     out: dict[str, list[dict]] = {}
     for run, greedy in runs.items():
         rows = sample_problems(
-            model, tokenizer, problems, cfg, f"eval {name} {run}", code=code, greedy=greedy
+            model,
+            tokenizer,
+            problems,
+            cfg,
+            f"eval {name} {run}",
+            code=code,
+            greedy=greedy,
+            function=resolve(params.reward.function),
         )
         out[run] = [
             {

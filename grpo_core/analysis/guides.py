@@ -10,6 +10,7 @@ from __future__ import annotations
 from grpo_core.analysis.difficulty import is_correct
 from grpo_core.analysis.sampling import sample_problems
 from grpo_core.config.guide import GuideParams
+from grpo_core.config.user_reward import RewardFunction
 from grpo_core.data.prompts import render_hinted
 from grpo_core.rewards.code import CodeRewardConfig
 
@@ -34,6 +35,7 @@ def find_guides(
     cfg: GuideParams,
     chat: bool,
     code: CodeRewardConfig | None = None,
+    function: RewardFunction | None = None,
 ) -> list[dict]:
     """Cascade over `cfg.fractions`: every problem still unsolved is tried at the next
     fraction with `cfg.samples` completions sampled from its guided prompt (`guided_problems`:
@@ -54,6 +56,7 @@ def find_guides(
             cfg,
             f"guide {fraction:g}",
             code=code,
+            function=function,
         )
         correct = [0] * len(pending)
         for r in rows:

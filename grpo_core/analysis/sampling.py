@@ -7,6 +7,7 @@ from tqdm.auto import tqdm
 
 from grpo_core.algorithms.losses import masked_mean
 from grpo_core.config.sampling import SamplingParams
+from grpo_core.config.user_reward import RewardFunction
 from grpo_core.rewards.code import CodeRewardConfig
 from grpo_core.rewards.verify import final_answer, verify_batch
 from grpo_core.rollout.sampler import generate
@@ -43,6 +44,7 @@ def sample_problems(
     with_logprobs: bool = False,
     code: CodeRewardConfig | None = None,
     greedy: bool = False,
+    function: RewardFunction | None = None,
 ) -> list[dict]:
     """`cfg.samples` completions per problem (each problem a dict with at least `domain`,
     `prompt`, `answer`), in generate calls of at most `cfg.batch_size` sequences
@@ -52,7 +54,8 @@ def sample_problems(
 
     Returns one row per completion, problem by problem: `index` (into `problems`), `sample`,
     `completion` (the model's text alone), `reward` (the verifier's on that text, so a hint in
-    the prompt earns nothing; code checked in parallel with `code`'s limits), `answer` (the
+    the prompt earns nothing; code checked in parallel with `code`'s limits; `function`, a
+    user's `reward.function`, instead of the verifiers), `answer` (the
     final answer it commits to, None if none), `length` (tokens), `truncated`, and with
     `with_logprobs` the completion's `mean_logprob` (mean token log-prob under `model`).
     """
@@ -78,7 +81,7 @@ def sample_problems(
             mean_logp = masked_mean(logp, ro.completion_mask, dim=1).tolist()
         owners = [chunk[i // n] for i in range(len(ro.texts))]
         rewards = verify_batch(
-            [p["domain"] for p in owners], ro.texts, [p["answer"] for p in owners], code
+            [p["domain"] for p in owners], ro.texts, [p["answer"] for p in owners], code, function
         )
         for i, text in enumerate(ro.texts):
             row = {

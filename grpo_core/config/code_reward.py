@@ -1,10 +1,12 @@
-"""The `reward.code` section: the sandbox limits every stage that scores code reads."""
+"""The `reward.code` section: the sandbox limits every stage that scores code reads; and with
+`reward.function`, the view of the `reward` section of a stage that scores completions."""
 
 from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
 from grpo_core.config.core import PositiveFloat, PositiveInt, Section
+from grpo_core.config.user_reward import RewardFunctionSpec
 
 
 class CodeRewardParams(Section):
@@ -30,3 +32,9 @@ class CodeRewardView(Section):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     code: CodeRewardParams = CodeRewardParams()
+
+
+class ScoringRewardView(CodeRewardView):
+    """`reward.code` and `reward.function`: what a stage that scores completions reads."""
+
+    function: RewardFunctionSpec = None

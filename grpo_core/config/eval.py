@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from grpo_core.config.code_reward import CodeRewardView
+from grpo_core.config.code_reward import ScoringRewardView
 from grpo_core.config.core import PositiveFloat, PositiveInt, Seed, StageParams
 from grpo_core.config.sampling import SamplingParams
 
@@ -37,7 +37,7 @@ class EvaluateStage(StageParams):
 
     seed: Seed = 0
     eval: EvalParams = EvalParams()
-    reward: CodeRewardView = CodeRewardView()
+    reward: ScoringRewardView = ScoringRewardView()
 
     @property
     def eval_seed(self) -> int:

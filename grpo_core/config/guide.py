@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from grpo_core.config.code_reward import CodeRewardView
+from grpo_core.config.code_reward import ScoringRewardView
 from grpo_core.config.core import Fractions, Seed, StageParams
 from grpo_core.config.sampling import SamplingParams
 
@@ -27,4 +27,4 @@ class GuideStage(StageParams):
 
     seed: Seed = 0
     guide: GuideParams = GuideParams()
-    reward: CodeRewardView = CodeRewardView()
+    reward: ScoringRewardView = ScoringRewardView()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from grpo_core.config.code_reward import CodeRewardView
+from grpo_core.config.code_reward import ScoringRewardView
 from grpo_core.config.core import PositiveInt, Seed, StageParams
 from grpo_core.config.sampling import SamplingParams
 from grpo_core.config.selection import TrainSelectionView
@@ -29,4 +29,4 @@ class ProfileStage(StageParams):
     seed: Seed = 0
     profile: ProfileParams = ProfileParams()
     train: TrainSelectionView = TrainSelectionView()
-    reward: CodeRewardView = CodeRewardView()
+    reward: ScoringRewardView = ScoringRewardView()

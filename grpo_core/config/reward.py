@@ -6,6 +6,7 @@ from pydantic import Field
 
 from grpo_core.config.code_reward import CodeRewardParams
 from grpo_core.config.core import PositiveInt, Section
+from grpo_core.config.user_reward import RewardFunctionSpec
 
 
 class RewardWeights(Section):
@@ -30,6 +31,7 @@ class RewardParams(Section):
     """Verifiers (every stage that scores completions) and shaping (`train` only)."""
 
     code: CodeRewardParams = CodeRewardParams()
+    function: RewardFunctionSpec = None
     weights: RewardWeights = RewardWeights()
     overlong_cache: PositiveInt = Field(
         14,

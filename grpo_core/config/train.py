@@ -230,9 +230,11 @@ class TrainParams(TrainSelection):
         description="Recompute each block's activations in the backward pass instead of "
         "keeping them: less memory for real models at about a third more compute.",
     )
-    rollout_backend: Literal["hf", "vllm"] = Field(
+    rollout_backend: Literal["hf", "hf_merged", "vllm"] = Field(
         "hf",
-        description="Who samples the rollouts: hf (the training model itself, with a KV cache) "
+        description="Who samples the rollouts: hf (the training model itself, with a KV cache), "
+        "hf_merged (with LoRA: a copy of the policy with its adapters merged into its weights, "
+        "synced after every optimizer step; unmerged adapters double a CPU's generation time) "
         "or vllm (a vLLM engine colocated in each training process, weights synced from the "
         "policy before every rollout batch; needs `pip install .[vllm]` and a GPU).",
     )
@@ -241,9 +243,9 @@ class TrainParams(TrainSelection):
     )
     tis_cap: PositiveFloat = Field(
         2.0,
-        description="With rollout_backend=vllm: truncated importance sampling for the "
-        "sampler/trainer mismatch; each token's advantage is weighted by "
-        "min(pi_old / q_vllm, tis_cap) (TRL's vllm_importance_sampling_cap, verl's TIS).",
+        description="With rollout_backend=vllm or hf_merged: truncated importance sampling for "
+        "the sampler/trainer mismatch; each token's advantage is weighted by "
+        "min(pi_old / q_sampler, tis_cap) (TRL's vllm_importance_sampling_cap, verl's TIS).",
     )
     updates_per_batch: PositiveInt = Field(
         2,
@@ -324,6 +326,15 @@ class TrainParams(TrainSelection):
     codapo: CodapoParams = CodapoParams()
     oc_grpo: OffContextParams = OffContextParams()
     lora: LoraParams = LoraParams()
+
+    @model_validator(mode="after")
+    def _merged_needs_lora(self) -> TrainParams:
+        if self.rollout_backend == "hf_merged" and not self.lora.enabled:
+            raise ValueError(
+                "rollout_backend hf_merged needs lora.enabled: true (it samples from a copy "
+                "with the adapters merged; without LoRA, hf samples from the policy itself)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _bf16_needs_lora(self) -> TrainParams:

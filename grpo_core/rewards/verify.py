@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from grpo_core.config.user_reward import RewardFunction, call_reward_function
 from grpo_core.errors import InputError
 from grpo_core.rewards.code import CodeRewardConfig, code_rewards, parse_code_answer
 from grpo_core.rewards.math import answer_span, math_reward, parse_gold
@@ -31,8 +32,12 @@ def verify_batch(
     completions: list[str],
     answers: list[str],
     code: CodeRewardConfig | None = None,
+    function: RewardFunction | None = None,
 ) -> list[float]:
-    """The verifier's reward of every completion (1.0 = solved), code checked in parallel."""
+    """The verifier's reward of every completion (1.0 = solved), code checked in parallel; with
+    `function` (`reward.function`, a user's own), that function's instead, for every domain."""
+    if function is not None:
+        return call_reward_function(function, domains, completions, answers)
     out: list[float] = [0.0] * len(completions)
     batched: dict[str, list[int]] = {}
     for i, domain in enumerate(domains):

@@ -7,6 +7,9 @@ log-prob the *sampler* gave each completion token. After every optimizer step th
 
 - `HFBackend` samples with the live training model (`grpo_core.rollout.sampler.generate`); sync
   is a no-op, and the sampler's log-probs are the trainer's, up to float rounding.
+- `MergedLoRABackend` (`grpo_core.rollout.merged`) samples with a copy of a LoRA policy whose
+  adapters are merged into its weights (half the generation time of unmerged adapters on a
+  CPU), synced after every optimizer step; corrected as vLLM's, below.
 - `VLLMBackend` (`grpo_core.rollout.vllm`) samples with a vLLM engine colocated in the training
   process (as TRL's `vllm_mode="colocate"`): its own copy of the weights in bf16, its own
   kernels. Its log-probs differ from the trainer's a little even right after a sync (the
@@ -44,9 +47,12 @@ class RolloutBackend(Protocol):
         temperature: float,
         max_new_tokens: int,
         greedy: bool = False,
+        generators: list[torch.Generator] | None = None,
     ) -> Rollouts:
         """`num_samples` completions per prompt, rows grouped prompt by prompt, each of at most
-        `max_new_tokens` tokens, with `sampler_logp` filled (see the module docstring)."""
+        `max_new_tokens` tokens, with `sampler_logp` filled (see the module docstring).
+        `generators`: one random stream per prompt, for a backend whose sampler takes them (the
+        HF sampler's per-group streams); vLLM seeds its requests itself and ignores them."""
         ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:
@@ -272,6 +278,7 @@ class HFBackend:
         temperature: float,
         max_new_tokens: int,
         greedy: bool = False,
+        generators: list[torch.Generator] | None = None,
         min_new_tokens: int = 0,
     ) -> Rollouts:
         ro = sampler.generate(
@@ -283,6 +290,7 @@ class HFBackend:
             max_new_tokens,
             greedy=greedy,
             min_new_tokens=min_new_tokens,
+            generators=generators,
         )
         if ro.sampler_logp is None:
             self._fill_sampler_logp(ro, 1.0 if greedy else temperature)

@@ -169,9 +169,12 @@ def policy_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
         with _zero3_gather(group):
             weight = param.detach()
             if adapters:
-                weight = weight.clone()
+                # Summed in float32 and rounded once: a bf16 base with float32 adapters gets the
+                # nearest bf16 weight, not the delta rounded and then the sum rounded again.
+                merged = weight.float()
                 for a in adapters:
-                    weight += layer.get_delta_weight(a).to(weight.dtype)
+                    merged = merged + layer.get_delta_weight(a).float()
+                weight = merged.to(param.dtype)
             yield out_name, weight
 
 
@@ -275,8 +278,10 @@ class VLLMBackend:
         temperature: float,
         max_new_tokens: int,
         greedy: bool = False,
+        generators: list[torch.Generator] | None = None,
         min_new_tokens: int = 0,
     ) -> Rollouts:
+        del generators  # vLLM seeds its requests itself (see the class doc)
         tok = self.tokenizer
         p_ids = tok(list(prompts), add_special_tokens=False)["input_ids"]
         n = 1 if greedy else num_samples  # greedy rows of a prompt are all the same

@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from grpo_core.codedeps import closure
+from grpo_core.config.user_reward import USER_REWARDS
 from grpo_core.studies.spec import Study, cell_key, load_study
 
 # The modules each stage runs: its own command and the pipeline stages it starts.
@@ -58,12 +59,18 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
     read those instead of the main pipeline's. Its plots draw the cells that have run (their
     train.csv under `root`)."""
     d = f"studies/{name}"
-    read = ["seed", "profile", "guide", "train.levels", "train.domains", "reward.code"]
+    read = [
+        "seed", "profile", "guide", "train.levels", "train.domains", "reward.code",
+        "reward.function",
+    ]  # fmt: skip
     # in git, like the cells: a teammate's clone has it without the cache it ran in; but for a
     # real model, whose base directory is hundreds of MB, that directory is cached
     upstream_outs: list = [{f"{d}/upstream": {"cache": False}}]
     if study.own_upstream:
-        upstream = {"deps": [*code("own_upstream"), "data/raw"], "read": ["data", "model", *read]}
+        upstream = {
+            "deps": [*code("own_upstream"), "data/raw", USER_REWARDS],
+            "read": ["data", "model", *read],
+        }
         inputs = {"train": [f"{d}/upstream"], "eval": [f"{d}/upstream"]}
         if study.real_model:
             kept = [f"{d}/upstream/{p}" for p in ("data", "profile.parquet", "guides.parquet")]
@@ -71,7 +78,7 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
             inputs = {k: [*kept, f"{d}/upstream/models"] for k in ("train", "eval")}
     else:
         upstream = {
-            "deps": [*code("upstream"), "models/base", "data/prepared/train.parquet"],
+            "deps": [*code("upstream"), "models/base", "data/prepared/train.parquet", USER_REWARDS],
             "read": read,
         }
         inputs = {
@@ -101,8 +108,11 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
             "matrix": {"seed": "${seeds}"},
             "cmd": f"python -m stages.study_cell base {d} ${{item.seed}}",
             "wdir": "../..",
-            "deps": [*code("base"), *inputs["eval"]],
-            "params": [{"params.yaml": ["eval", "reward.code"]}, {f"{d}/study.yaml": ["params"]}],
+            "deps": [*code("base"), *inputs["eval"], USER_REWARDS],
+            "params": [
+                {"params.yaml": ["eval", "reward.code", "reward.function"]},
+                {f"{d}/study.yaml": ["params"]},
+            ],
             "outs": [{f"{d}/base/${{item.seed}}": {"cache": False}}],
             "metrics": [{f"{d}/base/${{item.seed}}.json": {"cache": False}}],
         },
@@ -110,7 +120,7 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
             "matrix": {"variant": "${variants}", "seed": "${seeds}"},
             "cmd": f"python -m stages.study_cell cell {d} ${{item.variant}} ${{item.seed}}",
             "wdir": "../..",
-            "deps": [f"{d}/code.md5", "configs/accelerate", *inputs["train"]],
+            "deps": [f"{d}/code.md5", "configs/accelerate", USER_REWARDS, *inputs["train"]],
             "params": [
                 {"params.yaml": ["algo", "launch", "train", "reward", "dynamics", "eval"]},
                 {f"{d}/study.yaml": ["params", "budget", "variants.${item.variant}"]},

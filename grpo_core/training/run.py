@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from grpo_core.config.train import TrainStage
 from grpo_core.errors import Interrupted
 from grpo_core.io import atomic_path
+from grpo_core.rollout.merged import MergedLoRABackend
 from grpo_core.rollout.vllm import VLLMBackend
 from grpo_core.training.batch import Question, QuestionSampler
 from grpo_core.training.checkpoints import RUN_DIR, checkpoint_dir, load_checkpoint, save_checkpoint
@@ -164,7 +165,7 @@ def _train_policy(
         reference=reference,
         reward=params.reward,
         accelerator=accelerator,
-        backend=_backend(params, tokenizer),
+        backend=rollout_backend(params, tokenizer, policy),
     )
     if resume is not None:
         trainer.load_state_dict(resume["trainer"], questions)
@@ -221,9 +222,11 @@ def budget_spent(history: list[dict[str, float]], max_rollouts: int | None) -> b
     return sum(m["num_rollouts"] for m in history) >= max_rollouts
 
 
-def _backend(params: TrainStage, tokenizer):
+def rollout_backend(params: TrainStage, tokenizer, policy):
     """The rollout backend `train.rollout_backend` names (None: the policy samples);
     synced from the policy before the first rollout."""
+    if params.train.rollout_backend == "hf_merged":
+        return MergedLoRABackend(policy, tokenizer, params.train.draw)
     if params.train.rollout_backend != "vllm":
         return None
     return VLLMBackend(

@@ -12,6 +12,7 @@ import torch
 
 from grpo_core.config.reward import RewardParams
 from grpo_core.config.train import TrainParams
+from grpo_core.config.user_reward import resolve
 from grpo_core.rewards.shaping import format_reward, overlong_penalty, shaped_rewards
 from grpo_core.rewards.verify import verify_batch
 from grpo_core.rollout.backends import RolloutBackend, truncated_is_weights
@@ -34,10 +35,10 @@ class GroupSampler:
     """Samples and rewards groups with `model` (the unwrapped policy).
 
     `backend` None: the policy samples its own rollouts (grpo_core.rollout.sampler.generate,
-    with per-group random streams). Otherwise a backend (`grpo_core.rollout.backends`: vLLM)
-    samples them, its weights synced from the policy before each rollout batch, and the loss
-    is corrected for its log-probs differing from the policy's (truncated importance
-    sampling)."""
+    with per-group random streams). Otherwise a backend (`grpo_core.rollout.backends`: vLLM, or
+    the merged-LoRA copy, which takes the same per-group streams) samples them, its weights
+    synced from the policy before each rollout batch, and the loss is corrected for its
+    log-probs differing from the policy's (truncated importance sampling)."""
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class GroupSampler:
         self.cfg = cfg
         self.reward = reward
         self.backend = backend
+        self.function = resolve(reward.function)  # a user's reward.function, or None
         self._synced = None  # the weights' `_sampler_key` at the backend's last sync
 
     def sync_backend(self) -> None:
@@ -96,7 +98,7 @@ class GroupSampler:
                 draw=self.cfg.draw,
             )
         else:
-            ro = self._backend_rollouts(prompts, n)
+            ro = self._backend_rollouts(prompts, n, generators)
         return self.reward_rollouts(questions, ro, n, reward_prefixes)
 
     def reward_rollouts(
@@ -115,7 +117,7 @@ class GroupSampler:
         if reward_prefixes is not None:
             texts = [reward_prefixes[i // n] + t for i, t in enumerate(ro.texts)]
         device = ro.input_ids.device
-        correct = verify_batch(domains, texts, answers, self.reward.code)
+        correct = verify_batch(domains, texts, answers, self.reward.code, self.function)
         fmt = [format_reward(d, t, a) for d, t, a in zip(domains, texts, answers, strict=True)]
         overlong = None
         if self.reward.weights.overlong:
@@ -130,13 +132,17 @@ class GroupSampler:
         )
         return Sampled(ro, rewards, components, [None] * len(questions), len(ro.texts))
 
-    def _backend_rollouts(self, prompts: list[str], n: int) -> Rollouts:
+    def _backend_rollouts(
+        self, prompts: list[str], n: int, generators: list[torch.Generator] | None = None
+    ) -> Rollouts:
         """Rollouts from `self.backend`, scored by the policy: pi_old is the policy's log-probs
         (what the ratio and CoDaPO's confidence read), and each completion token carries the
         truncated importance weight min(pi_old / q, tis_cap) of its sampler q
         (`backends.truncated_is_weights`)."""
         cfg = self.cfg
-        ro = self.backend.generate(prompts, n, cfg.temperature, cfg.max_new_tokens)
+        ro = self.backend.generate(
+            prompts, n, cfg.temperature, cfg.max_new_tokens, generators=generators
+        )
         logp, entropy = score_rollouts(self.model, ro, cfg.temperature, cfg.micro_batch_size)
         sampled_tokens = ro.completion_mask.bool()
         w = truncated_is_weights(logp, ro.sampler_logp, sampled_tokens, cfg.tis_cap)

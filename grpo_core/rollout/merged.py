@@ -1,0 +1,95 @@
+"""The merged-LoRA rollout backend (`train.rollout_backend=hf_merged`): a LoRA policy samples
+through a copy of itself whose adapters are merged into its weights.
+
+Sampling through unmerged adapters runs every adapted linear layer three times per token (the
+base matmul and the two low-rank ones); on SmolLM2-135M with LoRA on all linear layers that
+doubles generation time on a CPU (benchmarks/results/smollm2-step.md). vLLM's backend and
+verl's rollout workers sample from merged weights for the same reason. `MergedLoRABackend`
+keeps one copy of the model in the policy's dtype, its weights set to W + scale * B @ A by
+`grpo_core.rollout.vllm.policy_weights` (the policy itself untouched: no merge/unmerge round
+trip, which is not exact in bf16) after every optimizer step, and samples with the pipeline's
+own sampler, with the per-group random streams the trainer passes.
+
+Its log-probs are the copy's. In float32 they equal the policy's to rounding; in bfloat16 the
+merged weight is rounded once to bf16 where the policy adds a float32 delta to a bf16 weight, so
+the trainer scores pi_old with the policy and corrects the difference with the truncated
+importance weights of `backends.truncated_is_weights`, as for vLLM.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from grpo_core.errors import InputError
+from grpo_core.rollout import sampler
+from grpo_core.rollout.rollouts import Rollouts
+from grpo_core.rollout.vllm import _unwrap_for_weights, policy_weights
+
+
+def merged_copy(policy) -> torch.nn.Module:
+    """A plain Hugging Face model shaped as `policy`'s base, in its dtype, with `policy`'s
+    weights (LoRA merged), frozen and in eval mode. InputError unless `policy` has LoRA
+    adapters (without them the policy itself is what this copy would be)."""
+    model = _unwrap_for_weights(policy)
+    if not (hasattr(model, "peft_config") and hasattr(model, "get_base_model")):
+        raise InputError(
+            "train.rollout_backend=hf_merged samples from a copy with the LoRA adapters merged: "
+            "it needs train.lora.enabled: true (without LoRA use rollout_backend=hf)"
+        )
+    if any(hasattr(q, "ds_id") for q in model.parameters()):
+        raise InputError(
+            "train.rollout_backend=hf_merged keeps a whole copy of the model in each process: "
+            "not with DeepSpeed ZeRO-3 (launch.zero_stage=3), whose processes hold shards"
+        )
+    copied = copy.deepcopy(model).merge_and_unload()
+    copied.eval().requires_grad_(False)
+    return copied
+
+
+class MergedLoRABackend:
+    """Samples with `merged_copy(policy)`, refreshed from the policy by `sync_weights`."""
+
+    def __init__(self, policy, tokenizer, draw: str = "multinomial"):
+        self.model = merged_copy(policy)
+        self.tokenizer = tokenizer
+        self.draw = draw
+        self._params = dict(self.model.named_parameters())
+
+    @torch.no_grad()
+    def sync_weights(self, model) -> None:
+        """Every weight of the copy from the policy's, LoRA merged (`policy_weights`); a name
+        the copy lacks is an error, not a silently stale weight."""
+        seen = set()
+        for name, tensor in policy_weights(model):
+            if name not in self._params:
+                raise KeyError(f"the merged copy has no weight {name!r}")
+            self._params[name].copy_(tensor)
+            seen.add(name)
+        missing = set(self._params) - seen
+        if missing:
+            raise KeyError(f"the policy gave no weights for {sorted(missing)[:3]}")
+
+    def generate(
+        self,
+        prompts: list[str],
+        num_samples: int,
+        temperature: float,
+        max_new_tokens: int,
+        greedy: bool = False,
+        generators: list[torch.Generator] | None = None,
+    ) -> Rollouts:
+        """The pipeline's sampler on the merged copy (`generators`: one stream per prompt, as
+        the policy would sample; `draw` as `train.draw`)."""
+        return sampler.generate(
+            self.model,
+            self.tokenizer,
+            prompts,
+            num_samples,
+            temperature,
+            max_new_tokens,
+            greedy=greedy,
+            generators=generators,
+            draw=self.draw,
+        )
