@@ -2,10 +2,11 @@
 per level, asked as the pipeline asks it (the domain's answer-format instruction) and without.
 
     python -m benchmarks.smollm2_profile [--questions 25] [--samples 4] [--max-new-tokens 256]
-        [--dtype bfloat16] [--draw inverse_cdf] [--domains math mcq code] [--out FILE]
+        [--temperature 1.0] [--dtype bfloat16] [--draw inverse_cdf] [--domains math mcq code]
+        [--levels 1 2 3 4 5] [--prompts instructed plain] [--out FILE]
 
 For each domain (`math` is the arith ladder) and level, `--questions` train questions of the
-tiny generators (seed 0), `--samples` completions each at temperature 1, scored by the
+tiny generators (seed 0), `--samples` completions each at `--temperature`, scored by the
 pipeline's verifiers (`grpo_core.analysis.sampling.sample_problems`: math-verify for math,
 `Answer: X` for mcq, the sandbox for code) and its format term (`format_reward`). Two prompts:
 
@@ -82,6 +83,8 @@ def main() -> None:
     ap.add_argument("--model", help="HF model directory (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--questions", type=int, default=25, help="questions per domain and level")
     ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     ap.add_argument("--draw", default="inverse_cdf", choices=["multinomial", "inverse_cdf"])
@@ -96,6 +99,7 @@ def main() -> None:
     cfg = SamplingParams(
         samples=args.samples,
         max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
         batch_size=64,
         dtype=args.dtype,
         draw=args.draw,
@@ -104,7 +108,7 @@ def main() -> None:
     out: dict = {"settings": settings, "cells": []}
     start = time.perf_counter()
     for domain in args.domains:
-        for level in LEVELS:
+        for level in args.levels:
             rows = problems(domain, level, args.questions)
             for prompt in args.prompts:
                 cell = profile(
@@ -142,7 +146,8 @@ def table(out: dict) -> str:
         "# SmolLM2-135M-Instruct on the tiny-world domains",
         "",
         f"`python -m benchmarks.smollm2_profile` ({out['seconds']} s): {s['questions']} questions "
-        f"per level x {s['samples']} samples at T = 1, up to {s['max_new_tokens']} new tokens, "
+        f"per level x {s['samples']} samples at T = {s.get('temperature', 1.0):g}, up to "
+        f"{s['max_new_tokens']} new tokens, "
         f"{s['dtype']}, draw {s['draw']}. Accuracy by the pipeline's verifiers; format: the "
         "answer in the domain's form (`format_reward`); truncated: no end of turn within the "
         "budget. Learnable band: instructed accuracy 10-90%.",

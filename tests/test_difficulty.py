@@ -70,8 +70,8 @@ def test_guide_search_keeps_the_first_fraction_that_unlocks(monkeypatch, chat):
     )
     rounds: list[list[str]] = []
 
-    def fake_sample_problems(model, tok, problems, cfg, desc, code=None):
-        assert tok is tokenizer
+    def fake_sample_problems(model, tok, problems, cfg, desc, code=None, function=None):
+        assert tok is tokenizer and function is None
         rounds.append([p["prompt"] for p in problems])
         rows = []
         for index, p in enumerate(problems):

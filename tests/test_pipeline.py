@@ -114,7 +114,7 @@ def make_repo(
 ) -> Path:
     """A git repo in the empty folder `repo` holding this one's pipeline on `params` (default:
     params.yaml with the SMALL overrides), with the fixture benchmarks `raw` in data/raw."""
-    for name in ("grpo_core", "stages", "configs", ".dvc"):
+    for name in ("grpo_core", "stages", "configs", "user_rewards", ".dvc"):
         shutil.copytree(
             ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache")
         )
