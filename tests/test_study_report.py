@@ -328,8 +328,8 @@ def test_findings_gather_every_report(tmp_path):
     assert any("python -m stages.study_report findings" in line for line in lines[:4])
     assert (
         "4 claims: 1 reproduced, 0 no effect, 1 contradicted, 2 inconclusive, 0 not testable "
-        "here, over studies demo, solo; each with ≥1 training seeds. A verdict says what the 95% "
-        "interval rules in or out against the claim's smallest effect of interest "
+        "here, over studies demo, solo; each check over 1-3 training seeds. A verdict says what "
+        "the 95% interval rules in or out against the claim's smallest effect of interest "
         "(docs/studies.md#the-statistics)."
     ) in lines
     assert (

@@ -386,6 +386,11 @@ def write_findings(reports_root: Path, target: Path) -> Path:
     claims = [(s, c) for s in summaries for c in s["claims"]]
     counts = {v: sum(c["verdict"] == v for _, c in claims) for v in VERDICTS}
     ns = [ch["n"] for _, c in claims for ch in c["checks"]]
+    run = [n for n in ns if n]  # a check whose cells have not run yet has n = 0
+    seeds = (
+        f"{min(run)}" if run and min(run) == max(run) else f"{min(run)}-{max(run)}" if run else "0"
+    )
+    waiting = len(ns) - len(run)
     out = [
         "# Findings",
         "",
@@ -394,8 +399,10 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         "",
         f"{len(claims)} claims: "
         + ", ".join(f"{n} {v}" for v, n in counts.items())
-        + f", over studies {', '.join(s['name'] for s in summaries) or '(none)'}; each with "
-        f"≥{min(ns, default=0)} training seeds. A verdict says what the 95% interval rules in "
+        + f", over studies {', '.join(s['name'] for s in summaries) or '(none)'}; each check "
+        f"over {seeds} training seeds"
+        + (f" ({waiting} wait for cells not yet run)" if waiting else "")
+        + ". A verdict says what the 95% interval rules in "
         "or out against the claim's smallest effect of interest (docs/studies.md#the-statistics).",
         "",
     ]
