@@ -160,6 +160,22 @@ def _train(name: str, accelerator=None, save_to: Path | None = None) -> dict:
 
     trainer.update = update
     run(trainer, questions, STEPS, seed=0, on_step=lambda s, m, r: metrics.append(m))
+    # train.heldout's evaluation as train_policy runs it, on every process, weights gathered
+    from grpo_core.training.heldout import HeldoutEval
+
+    sample = [
+        {
+            "domain": q.domain,
+            "source": "toy",
+            "level": 1 + i % 2,
+            "prompt": q.prompt,
+            "answer": q.answer,
+        }
+        for i, q in enumerate(questions)
+    ]
+    heldout = HeldoutEval(params, tokenizer, chat=False, problems=sample)
+    with trainer.parallel.gathered(trainer.model):
+        held = heldout(trainer.model, STEPS)
     with trainer.parallel.gathered(trainer.model):  # ZeRO-3: whole on every process
         state = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
         if save_to is not None and trainer.is_main:
@@ -172,6 +188,7 @@ def _train(name: str, accelerator=None, save_to: Path | None = None) -> dict:
         "initial": initial,
         "trained_rows": shares,
         "saved": saved,
+        "heldout": held,
     }
 
 
@@ -358,6 +375,9 @@ def test_two_processes_train_as_one(launched, one_process, launch, name):
         max_weight = max(max_weight, float((r0["state"][key] - w).abs().max()))
         moved |= not torch.equal(w, one["initial"][key])
     assert moved, "the weights did not move: the comparison would be vacuous"
+    # the held-out evaluation: the same numbers on both processes, and the one process's
+    assert r0["heldout"] == r1["heldout"]
+    assert r0["heldout"] == pytest.approx(one["heldout"], abs=1e-9)
     # The policy the main process saved (gathered under ZeRO-3) is a model transformers loads,
     # with the one process's weights.
     from transformers import AutoModelForCausalLM

@@ -23,6 +23,24 @@ from grpo_core.config.reward import RewardParams
 from grpo_core.config.selection import TrainSelection
 
 
+class HeldoutParams(Section):
+    """Held-out accuracy during training (TRL's `eval_steps`, verl's `test_freq`): a fixed
+    sample of the eval split, answered greedily by the policy, logged beside the reward."""
+
+    every: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="Every this many steps, and after the last, the policy answers the sample "
+        "greedily (one completion each, up to train.max_new_tokens) and the step logs "
+        "heldout/accuracy (the verifier's, or reward.function's, mean) and heldout/level<k>; "
+        "0: never. It draws no random numbers, so the run trains as it would without it.",
+    )
+    questions: PositiveInt = Field(
+        64,
+        description="Size of the sample: the eval split's first questions of each source and "
+        "level in turn, the same at every evaluation and in every run on that split.",
+    )
+
+
 class LoraParams(Section):
     """Optional LoRA adapters (peft). The KL reference is then the model with adapters off."""
 
@@ -326,6 +344,7 @@ class TrainParams(TrainSelection):
     codapo: CodapoParams = CodapoParams()
     oc_grpo: OffContextParams = OffContextParams()
     lora: LoraParams = LoraParams()
+    heldout: HeldoutParams = HeldoutParams()
 
     @model_validator(mode="after")
     def _merged_needs_lora(self) -> TrainParams:

@@ -189,6 +189,7 @@ CURVES = {
     "clip_ratio/region_mean": "clip_region",
     "grad_norm": "grad_norm",
     "num_rollouts": "num_rollouts",
+    "heldout/accuracy": "heldout_accuracy",  # train.heldout: empty between evaluations
 }
 
 

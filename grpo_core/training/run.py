@@ -21,10 +21,12 @@ from tqdm.auto import tqdm
 from grpo_core.config.train import TrainStage
 from grpo_core.errors import Interrupted
 from grpo_core.io import atomic_path
+from grpo_core.models.loading import uses_chat
 from grpo_core.rollout.merged import MergedLoRABackend
 from grpo_core.rollout.vllm import VLLMBackend
 from grpo_core.training.batch import Question, QuestionSampler
 from grpo_core.training.checkpoints import RUN_DIR, checkpoint_dir, load_checkpoint, save_checkpoint
+from grpo_core.training.heldout import HeldoutEval
 from grpo_core.training.lora import add_lora
 from grpo_core.training.monitor import RunMonitor, curves_csv, run_summary
 from grpo_core.training.parallel import data_parallel
@@ -169,18 +171,22 @@ def _train_policy(
     )
     if resume is not None:
         trainer.load_state_dict(resume["trainer"], questions)
+    heldout = HeldoutEval(params, tokenizer, uses_chat(BASE_MODEL))
 
     with step_logger(process.is_main, history) as log_step:
 
         def on_step(step: int, metrics: dict[str, float], rows: list[dict]) -> bool:
-            """Log, watch and checkpoint step `step`; True when it is the run's last."""
-            progress.done = step + 1
+            """Evaluate (held out), log, watch and checkpoint step `step`; True when it is the
+            run's last."""
+            progress.done = done = step + 1
+            last = done == cfg.steps or budget_spent([*history, metrics], cfg.max_rollouts)
+            if heldout.due(done, last):
+                with trainer.parallel.gathered(policy):
+                    metrics = {**metrics, **heldout(policy, done)}
             log_step(metrics)
             history.append(metrics)
             monitor.observe(metrics)
             log_rows.extend({"step": step, **row} for row in rows)
-            done = step + 1
-            last = done == cfg.steps or budget_spent(history, cfg.max_rollouts)
             if last and done < cfg.steps:
                 log.info("train.max_rollouts=%d reached after step %d", cfg.max_rollouts, step)
             if done % cfg.checkpoint_every == 0 or last:
