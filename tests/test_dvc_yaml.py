@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from grpo_core.codedeps import closure
+from grpo_core.codedeps import closure, listed_code, sync_dvc_yaml
 from grpo_core.codedeps import module_file as _module_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,17 +20,6 @@ CHECKED_NOT_READ = "grpo_core/config/params.py"
 
 def _py_files(folder: str) -> set[str]:
     return {str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*.py")}
-
-
-def expand(deps: list[str]) -> set[str]:
-    """The code files a stage's deps name: files, and every module under a folder."""
-    files: set[str] = set()
-    for dep in deps:
-        if dep.endswith(".py"):
-            files.add(dep)
-        elif (ROOT / dep).is_dir() and (ROOT / dep / "__init__.py").is_file():
-            files |= _py_files(dep)
-    return files
 
 
 def _stage_module(stage: dict) -> str:
@@ -46,9 +35,10 @@ def test_every_stage_depends_on_exactly_the_code_it_runs():
         expected = closure(_stage_module(stage))
         if name != "validate":  # the one stage whose job is the whole file
             assert CHECKED_NOT_READ not in expected, f"stage {name} imports the whole params model"
-        listed = expand(stage["deps"])
+        listed = listed_code(stage["deps"])
         assert listed == expected, (
             f"stage {name}: missing {sorted(expected - listed)}, extra {sorted(listed - expected)}"
+            ": `python -m grpo_core.codedeps --dvc-yaml` updates dvc.yaml"
         )
 
 
@@ -106,3 +96,35 @@ def test_every_stage_waits_for_the_whole_params_file_to_be_checked():
     for name, stage in stages.items():
         if name != "validate":
             assert OK in stage["deps"], f"stage {name} does not wait for {OK}"
+
+
+def test_the_code_deps_are_brought_up_to_date_in_place(tmp_path):
+    """`python -m grpo_core.codedeps --dvc-yaml` (what the recipes run after adding a module):
+    a missing module goes in, in sorted place among its package's deps, a module the stage
+    does not run comes out, and every other line (comments, data deps) stays."""
+    expected = sorted(closure("stages.validate"))
+    kept = [f for f in expected if f != "grpo_core/errors.py"]
+    lines = [
+        "stages:",
+        "  validate:  # a comment",
+        "    cmd: python -m stages.validate",
+        "    deps:",
+        "    - params.yaml  # data",
+        *(f"    - {f}" for f in kept),
+        "    - grpo_core/studies/report.py",
+        "    outs:",
+        "    - data/params.ok",
+    ]
+    text = "\n".join(lines) + "\n"
+    (tmp_path / "dvc.yaml").write_text(text)
+    changes = sync_dvc_yaml(tmp_path / "dvc.yaml")
+    assert "validate: + grpo_core/errors.py" in changes
+    assert "validate: - grpo_core/studies/report.py" in changes
+    after = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["validate"]
+    assert listed_code(after["deps"]) == set(expected)
+    assert after["deps"][0] == "params.yaml" and after["outs"] == ["data/params.ok"]
+    lines = (tmp_path / "dvc.yaml").read_text().splitlines()
+    assert "  validate:  # a comment" in lines and "    - params.yaml  # data" in lines
+    code = [d for d in after["deps"] if d.startswith("grpo_core/")]
+    assert code == sorted(code)
+    assert sync_dvc_yaml(tmp_path / "dvc.yaml") == []  # nothing left to do

@@ -5,6 +5,11 @@ Every toy entry is added to its registry by `monkeypatch`, which removes it agai
 so the rest of the suite sees the registries as shipped."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -171,3 +176,178 @@ def test_a_new_benchmark_names_a_missing_column(toy_benchmark, tmp_path):
     raw.write_text(json.dumps({"qid": "a1", "question": "2+3?", "difficulty": 1, "note": ""}))
     with pytest.raises(InputError, match="needs column 'answer'"):
         load_benchmark(toy_benchmark, path=raw)
+
+
+# ---- the recipes followed in a copy of the repository ---------------------------------------
+# The steps above register toy entries in this process; these edit a copy's files as a user
+# would (a new module, its registration, dvc.yaml, params.yaml, the params page) and run, in
+# the copy, the tests that check the pipeline's wiring: they fail until every step is done.
+
+WIRING_TESTS = [
+    "tests/test_dvc_yaml.py",
+    "tests/test_layout.py",
+    "tests/test_config.py",
+    "tests/test_studies.py::test_every_study_dvc_yaml_is_its_template",
+]
+
+
+def _sh(repo, *argv, check=True):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    if check and done.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(argv)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    return done
+
+
+@pytest.fixture
+def copy_of_repo(tmp_path) -> Path:
+    """The repository's files (tracked and new, as git lists them) in a folder of their own."""
+    root = Path(__file__).resolve().parents[1]
+    listed = _sh(root, "git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    repo = tmp_path / "repo"
+    for rel in filter(None, listed.stdout.split("\0")):
+        src = root / rel
+        if src.is_file() and not src.is_symlink():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, repo / rel)
+    return repo
+
+
+def _pytest(repo, *tests, check=True):
+    return _sh(
+        repo,
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-x",
+        *tests,
+        check=check,
+    )
+
+
+TOY_MODULE = '''"""The toy domain: the answer is the completion's first character."""
+
+from grpo_core.errors import InputError
+
+
+def toy_reward(completion: str, answer: str) -> float:
+    return float(completion[:1] == answer)
+
+
+def parse_toy_gold(answer: str) -> str:
+    if len(answer) != 1:
+        raise InputError(f"expected one character, got {answer!r}")
+    return answer
+'''
+
+
+def test_the_add_a_reward_recipe_holds_in_a_copy(copy_of_repo):
+    repo = copy_of_repo
+    # 1-2: the verifier and its gold parser, in a module of their own, registered by domain
+    (repo / "grpo_core/rewards/toy.py").write_text(TOY_MODULE)
+    verify_py = repo / "grpo_core/rewards/verify.py"
+    verify_py.write_text(
+        verify_py.read_text()
+        + "\n\nfrom grpo_core.rewards.toy import parse_toy_gold, toy_reward  # noqa: E402\n\n"
+        + 'VERIFIERS["toy"] = toy_reward\nGOLD_PARSERS["toy"] = parse_toy_gold\n'
+    )
+    # without step 5 the wiring tests fail, naming the stages and the module
+    failed = _pytest(repo, "tests/test_dvc_yaml.py", check=False)
+    assert failed.returncode != 0
+    assert "missing ['grpo_core/rewards/toy.py']" in failed.stdout
+    assert "python -m grpo_core.codedeps --dvc-yaml" in failed.stdout
+    # 5: the stages' code deps, then every study's dvc.yaml
+    changes = _sh(repo, sys.executable, "-m", "grpo_core.codedeps", "--dvc-yaml").stdout
+    for stage in ("prepare", "base", "profile", "guide", "evaluate"):
+        assert f"{stage}: + grpo_core/rewards/toy.py" in changes
+    assert "train:" not in changes  # it lists grpo_core/rewards whole
+    for study in sorted(
+        p.name for p in (repo / "studies").iterdir() if (p / "study.yaml").exists()
+    ):
+        _sh(repo, sys.executable, "-m", "stages.study_report", "init", study)
+    _pytest(repo, *WIRING_TESTS)
+    done = _sh(
+        repo,
+        sys.executable,
+        "-c",
+        (
+            "from grpo_core.rewards.verify import check_gold, verify_batch\n"
+            "texts = ['7+1', '8', '\\\\boxed{2}']\n"
+            "print(verify_batch(['toy', 'toy', 'math'], texts, ['7', '7', '2']))\n"
+            "check_gold({'id': 'x', 'source': 's', 'domain': 'toy', 'answer': 'ab'})\n"
+        ),
+        check=False,
+    )
+    assert "[1.0, 0.0, 1.0]" in done.stdout
+    assert "problem 'x' (s): expected one character, got 'ab'" in done.stderr
+
+
+TERM = '''
+
+@shaping_term("brevity")
+def _brevity(c: Completions) -> torch.Tensor:
+    """Minus the share of the budget the completion used."""
+    return -c.lengths.float() / c.max_new_tokens
+'''
+
+ONE_STEP = """
+import torch
+from grpo_core.config.params import parse_params
+from grpo_core.config.model import TinyModelParams
+from grpo_core.data.tiny import arith
+from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
+from grpo_core.training.batch import Question
+from grpo_core.training.run import run
+from grpo_core.training.trainer import GRPOTrainer
+
+tok = build_char_tokenizer([arith.prompt(47, 38), arith.solution(47, 38), "0123456789\\\\boxed{}"])
+model = build_tiny_model(tok, TinyModelParams(hidden_size=32, num_layers=1, num_heads=2,
+                                              intermediate_size=64), seed=0)
+params = parse_params({"train": {"steps": 1, "prompts_per_step": 2, "group_size": 2,
+                                 "max_new_tokens": 8},
+                       "reward": {"weights": {"brevity": 0.5}}})
+questions = [Question(f"q{i}", "math", 1, arith.prompt(i, 1), str(i + 1)) for i in range(2)]
+trainer = GRPOTrainer(model, tok, params.train, reward=params.reward)
+logged = []
+run(trainer, questions, 1, seed=0, on_step=lambda s, m, r: logged.append(m))
+print(sorted(k for k in logged[0] if k.startswith("rewards/")))
+"""
+
+
+def test_the_add_a_shaping_term_recipe_holds_in_a_copy(copy_of_repo):
+    repo = copy_of_repo
+    # 1: the term
+    shaping_py = repo / "grpo_core/rewards/shaping.py"
+    shaping_py.write_text(shaping_py.read_text() + TERM)
+    # without its weight the registry test names the gap
+    failed = _pytest(repo, "tests/test_rewards.py", "-k", "every_shaping_term", check=False)
+    assert failed.returncode != 0 and "brevity" in failed.stdout
+    # 2: its weight, in the params model and in params.yaml, and the params page
+    reward_py = repo / "grpo_core/config/reward.py"
+    field = '    brevity: float = Field(0.0, description="Minus the share of the budget used.")\n'
+    text = reward_py.read_text()
+    assert "\n\n\nclass RewardParams(Section):" in text
+    reward_py.write_text(
+        text.replace(
+            "\n\n\nclass RewardParams(Section):", "\n" + field + "\n\nclass RewardParams(Section):"
+        )
+    )
+    params = repo / "params.yaml"
+    params.write_text(
+        params.read_text().replace("    format: 0.0\n", "    format: 0.0\n    brevity: 0.0\n")
+    )
+    _sh(repo, sys.executable, "-m", "grpo_core.params_reference", "docs/params.md")
+    # no new module: dvc.yaml is already right
+    assert (
+        "up to date" in _sh(repo, sys.executable, "-m", "grpo_core.codedeps", "--dvc-yaml").stdout
+    )
+    _pytest(repo, *WIRING_TESTS, "tests/test_rewards.py")
+    # 5: it trains, and is logged as a component
+    done = _sh(repo, sys.executable, "-c", ONE_STEP)
+    assert "'rewards/brevity/mean'" in done.stdout and "'rewards/format/mean'" in done.stdout

@@ -1,12 +1,21 @@
 """The verifiers on tables of replies: equivalent forms must score 1, near-misses 0."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from grpo_core.config.reward import RewardWeights
+from grpo_core.rewards import shaping
 from grpo_core.rewards.math import answer_span, gold_is_number, last_boxed, math_reward, numeral
 from grpo_core.rewards.mcq import mcq_answer, mcq_reward
-from grpo_core.rewards.shaping import format_reward, overlong_penalty, shaped_rewards
+from grpo_core.rewards.shaping import (
+    SHAPING_TERMS,
+    Completions,
+    format_reward,
+    overlong_penalty,
+    shaped_rewards,
+)
 from grpo_core.rewards.verify import final_answer, verify_batch
 
 B = "\\boxed"
@@ -199,19 +208,45 @@ def test_overlong_penalty_hand_computed():
         overlong_penalty(lengths, max_tokens=10, cache=11)
 
 
+def _completions(lengths: list[int]) -> Completions:
+    # math: a closed box is the expected form; budget 10 tokens, the last 4 punished
+    texts = ["\\boxed{3}", "3", "\\boxed{4}"]
+    return Completions(["math"] * 3, texts, ["3"] * 3, torch.tensor(lengths), 10, 4)
+
+
 def test_shaped_reward_is_the_weighted_sum_of_its_components():
     correct = torch.tensor([1.0, 0.0, 0.5])
-    fmt = torch.tensor([1.0, 1.0, 0.0])
-    overlong = torch.tensor([0.0, -0.5, -1.0])
+    c = _completions([5, 8, 11])  # overlong: 0, (6 - 8) / 4 = -0.5, -1 (past the budget)
     weights = RewardWeights(correct=1.0, format=0.2, overlong=0.5)
-    total, parts = shaped_rewards(correct, fmt, overlong, weights)
-    torch.testing.assert_close(total, torch.tensor([1.2, -0.05, 0.0]))
+    total, parts = shaped_rewards(correct, c, weights)
+    # 1 + 0.2 + 0; 0 + 0 - 0.25; 0.5 + 0.2 - 0.5
+    torch.testing.assert_close(total, torch.tensor([1.2, -0.25, 0.2]))
     assert set(parts) == {"correct", "format", "overlong"}
-    assert parts["format"] is fmt
-    # no overlong term when it is not weighted: the total is correct + 0.2 format
-    total, parts = shaped_rewards(correct, fmt, None, weights)
-    torch.testing.assert_close(total, torch.tensor([1.2, 0.2, 0.5]))
+    torch.testing.assert_close(parts["format"], torch.tensor([1.0, 0.0, 1.0]))
+    torch.testing.assert_close(parts["overlong"], torch.tensor([0.0, -0.5, -1.0]))
+    # no overlong term when it is not weighted; format is logged at weight 0 too
+    total, parts = shaped_rewards(correct, c, RewardWeights(format=0.2))
+    torch.testing.assert_close(total, torch.tensor([1.2, 0.0, 0.7]))
     assert set(parts) == {"correct", "format"}
+    total, parts = shaped_rewards(correct, c, RewardWeights())
+    assert torch.equal(total, correct) and set(parts) == {"correct", "format"}
+
+
+def test_every_shaping_term_has_its_weight_and_a_new_one_is_summed(monkeypatch):
+    assert set(SHAPING_TERMS) == set(RewardWeights.model_fields) - {"correct"}
+    monkeypatch.setattr(shaping, "SHAPING_TERMS", dict(SHAPING_TERMS))
+
+    @shaping.shaping_term("toy_length")
+    def brevity(c: Completions) -> torch.Tensor:
+        return -c.lengths.float() / c.max_new_tokens
+
+    assert "toy_length" in shaping.SHAPING_TERMS
+    with pytest.raises(ValueError, match="already registered"):
+        shaping.shaping_term("toy_length")(brevity)
+    weights = SimpleNamespace(**RewardWeights().model_dump(), toy_length=0.1)  # the others 0
+    total, parts = shaped_rewards(torch.tensor([1.0, 0.0, 1.0]), _completions([5, 8, 10]), weights)
+    torch.testing.assert_close(parts["toy_length"], torch.tensor([-0.5, -0.8, -1.0]))
+    torch.testing.assert_close(total, torch.tensor([0.95, -0.08, 0.9]))
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,18 @@
-"""Reward shaping (training only): a format reward (the answer is in the form the domain
-expects) and DAPO's soft overlong punishment, added to the verifier's reward each with its
-weight from `reward.weights`; every component is kept so that it can be logged on its own.
+"""Reward shaping (training only): terms added to the verifier's reward, each with its weight
+from `reward.weights` (`reward.weights.<name>`); every component is kept so that it can be
+logged on its own (`rewards/<name>/mean`).
+
+The terms are registered by name in `SHAPING_TERMS` (`@shaping_term`): a format reward (the
+answer is in the form the domain expects) and DAPO's soft overlong punishment. A new term is a
+function of the step's `Completions` registered here, and a weight field of the same name in
+`RewardWeights` (grpo_core/config/reward.py): docs/architecture.md#add-a-shaping-term.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -50,17 +57,67 @@ def overlong_penalty(lengths: torch.Tensor, max_tokens: int, cache: int) -> torc
     return torch.where(lengths > max_tokens, torch.full_like(lengths, -1.0), soft.clamp(max=0.0))
 
 
+@dataclass(frozen=True)
+class Completions:
+    """What a shaping term may read of a step's B completions, in rollout order."""
+
+    domains: list[str]
+    texts: list[str]  # the completion, after its reward prefix (OC-GRPO's guided rows)
+    answers: list[str]  # the gold answer
+    lengths: torch.Tensor  # (B,) completion tokens
+    max_new_tokens: int  # train.max_new_tokens
+    overlong_cache: int  # reward.overlong_cache
+
+
+@dataclass(frozen=True)
+class ShapingTerm:
+    """A term of the training reward: `values` maps the step's completions to a (B,) tensor;
+    `always`: computed and logged at weight 0 too (cheap, and what studies read), else only
+    when weighted."""
+
+    values: Callable[[Completions], torch.Tensor]
+    always: bool = False
+
+
+SHAPING_TERMS: dict[str, ShapingTerm] = {}
+
+
+def shaping_term(name: str, always: bool = False):
+    """Register a function of `Completions` as the shaping term `name`, weighted by
+    `reward.weights.<name>`."""
+
+    def register(fn: Callable[[Completions], torch.Tensor]):
+        if name in SHAPING_TERMS or name == "correct":
+            raise ValueError(f"shaping term {name!r} is already registered")
+        SHAPING_TERMS[name] = ShapingTerm(fn, always)
+        return fn
+
+    return register
+
+
+@shaping_term("format", always=True)
+def _format(c: Completions) -> torch.Tensor:
+    values = [format_reward(*x) for x in zip(c.domains, c.texts, c.answers, strict=True)]
+    return torch.tensor(values)
+
+
+@shaping_term("overlong")
+def _overlong(c: Completions) -> torch.Tensor:
+    return overlong_penalty(c.lengths, c.max_new_tokens, c.overlong_cache)
+
+
 def shaped_rewards(
-    correct: torch.Tensor,
-    fmt: torch.Tensor,
-    overlong: torch.Tensor | None,
-    weights,
+    correct: torch.Tensor, completions: Completions, weights
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The training reward sum_i w_i r_i and its components (`correct`, `format`, and
-    `overlong` when it is weighted), each a (B,) tensor, for logging one by one."""
-    components = {"correct": correct, "format": fmt}
-    total = weights.correct * correct + weights.format * fmt
-    if overlong is not None:
-        components["overlong"] = overlong
-        total = total + weights.overlong * overlong
+    """The training reward w_correct * correct + sum_i w_i r_i over the registered terms, and
+    its components (`correct`, and every term that is weighted or `always`), each a (B,)
+    tensor on `correct`'s device, for logging one by one."""
+    components = {"correct": correct}
+    total = weights.correct * correct
+    for name, term in SHAPING_TERMS.items():
+        weight = getattr(weights, name)
+        if weight or term.always:
+            values = term.values(completions).to(correct.device)
+            components[name] = values
+            total = total + weight * values
     return total, components

@@ -13,7 +13,7 @@ import torch
 from grpo_core.config.reward import RewardParams
 from grpo_core.config.train import TrainParams
 from grpo_core.config.user_reward import resolve
-from grpo_core.rewards.shaping import format_reward, overlong_penalty, shaped_rewards
+from grpo_core.rewards.shaping import Completions, shaped_rewards
 from grpo_core.rewards.verify import verify_batch
 from grpo_core.rollout.backends import RolloutBackend, truncated_is_weights
 from grpo_core.rollout.rollouts import Rollouts
@@ -108,9 +108,9 @@ class GroupSampler:
         n: int,
         reward_prefixes: list[str] | None = None,
     ) -> Sampled:
-        """The verifier's reward of each completion (`correct`), its format reward and overlong
-        penalty, and their weighted sum (reward.weights); each text after its question's
-        `reward_prefixes` entry, if any."""
+        """The verifier's reward of each completion (`correct`), its shaping terms (format,
+        overlong, `rewards.shaping.SHAPING_TERMS`) and their weighted sum (reward.weights);
+        each text after its question's `reward_prefixes` entry, if any."""
         owners = [questions[i // n] for i in range(len(ro.texts))]
         domains, answers = [q.domain for q in owners], [q.answer for q in owners]
         texts = ro.texts
@@ -118,17 +118,11 @@ class GroupSampler:
             texts = [reward_prefixes[i // n] + t for i, t in enumerate(ro.texts)]
         device = ro.input_ids.device
         correct = verify_batch(domains, texts, answers, self.reward.code, self.function)
-        fmt = [format_reward(d, t, a) for d, t, a in zip(domains, texts, answers, strict=True)]
-        overlong = None
-        if self.reward.weights.overlong:
-            overlong = overlong_penalty(
-                ro.lengths, self.cfg.max_new_tokens, self.reward.overlong_cache
-            ).to(device)
+        completions = Completions(
+            domains, texts, answers, ro.lengths, self.cfg.max_new_tokens, self.reward.overlong_cache
+        )
         rewards, components = shaped_rewards(
-            torch.tensor(correct, device=device),
-            torch.tensor(fmt, device=device),
-            overlong,
-            self.reward.weights,
+            torch.tensor(correct, device=device), completions, self.reward.weights
         )
         return Sampled(ro, rewards, components, [None] * len(questions), len(ro.texts))
 
