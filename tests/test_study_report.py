@@ -220,8 +220,17 @@ def test_report_tables_verdicts_figures_and_summary(tmp_path):
     assert [h.split(" (")[0] for h in heads] == [
         "## Cells", "## Method", "## Preconditions", "## Verdicts",
         "## Precision: what the seeds can detect", "## Accuracy", "## Paired differences",
-        "## Cost", "## Dynamics", "## Figures", "## What was cut",
+        "## Per seed", "## Cost", "## Dynamics", "## Figures", "## What was cut",
     ]  # fmt: skip
+    # per seed: every question's difference to the base is the same here, so se 0
+    assert "| base | 0 | 40.0 | 10.0 | 25.0 |" in lines
+    assert (
+        "| new | 0 | 60.0 (+20.0, se 0.0) | 30.0 (+20.0, se 0.0) | 45.0 (+20.0, se 0.0) |" in lines
+    )
+    assert (
+        "| grpo (baseline) | 2 | 50.0 (+10.0, se 0.0) | 20.0 (+10.0, se 0.0) "
+        "| 35.0 (+10.0, se 0.0) |" in lines
+    )
     assert (
         "| `new-beats-grpo` | new trains to a higher accuracy than grpo | +3.8 points | "
         f"{NEW_GRPO}; {NEW_BASE} | **reproduced** |"
@@ -415,3 +424,22 @@ def test_a_grpo_arm_must_be_a_variant(tmp_path):
     spec["grpo_arm"] = "gpro"
     with pytest.raises(ValueError, match="grpo_arm: 'gpro' is not a variant"):
         Study.model_validate(spec)
+
+
+def test_per_seed_rows_give_the_paired_se_over_questions(tmp_path):
+    """new at seed 0 with q1 0.7 and q2 0.5 against the base's 0.4 and 0.4: differences 0.3 and
+    0.1 at level 1, mean 0.2, se = sd(0.3, 0.1) / sqrt(2) = 0.141421 / 1.414214 = 0.1."""
+    from grpo_core.studies.report import _per_seed_rows
+
+    results = load_results(make_study(tmp_path))
+    results.accuracy["new"][0].update(q1=0.7, q2=0.5)
+    rows = _per_seed_rows(results, [1, 2, "all"])
+    # all (levels 1-2): differences 0.3, 0.1, 0.2, 0.2: sd 0.081650, se 0.040825
+    assert [
+        "new",
+        "0",
+        "60.0 (+20.0, se 10.0)",
+        "30.0 (+20.0, se 0.0)",
+        "45.0 (+20.0, se 4.1)",
+    ] in rows
+    assert ["base", "0", "40.0", "10.0", "25.0"] in rows

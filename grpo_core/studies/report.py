@@ -264,6 +264,13 @@ def _markdown(results: Results, claims: Verdicts) -> str:
             for v, b in pairs
         ],
     )
+    out += [
+        "",
+        "## Per seed (%; in brackets the difference to the base at that seed, with its paired se "
+        "over questions)",
+        "",
+    ]
+    out += _table(["variant", "seed", *heads], _per_seed_rows(results, columns))
     out += ["", "## Cost (mean over seeds)", ""]
     out += _table(
         ["variant", "seeds", "steps", "rollouts", "guide rollouts", "train", "total"],
@@ -324,6 +331,31 @@ def _clock(seconds: float) -> str:
 def _mean(values: list) -> float:
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else math.nan
+
+
+def _per_seed_rows(results: Results, columns: list[int | str]) -> list[list[str]]:
+    """One row per evaluated model and seed: its accuracy per column and, for a variant, the
+    mean difference to the base evaluated at the same seed with the se of that mean over
+    the questions both answered (the evaluation's uncertainty alone, not the seed's)."""
+    rows = []
+    for seed in results.study.seeds:
+        base = results.accuracy.get(BASE, {}).get(seed)
+        for variant in (BASE, *results.study.variants):
+            acc = results.accuracy.get(variant, {}).get(seed)
+            if acc is None:
+                continue
+            cells = []
+            for column in columns:
+                qs = sorted(results.questions(column) & set(acc))
+                cell = f"{100 * np.mean([acc[q] for q in qs]):.1f}" if qs else "–"
+                common = [q for q in qs if base is not None and q in base]
+                if variant != BASE and len(common) > 1:
+                    d = np.array([acc[q] - base[q] for q in common])
+                    se = d.std(ddof=1) / np.sqrt(len(d))
+                    cell += f" ({100 * d.mean():+.1f}, se {100 * se:.1f})"
+                cells.append(cell)
+            rows.append([label(results, variant), str(seed), *cells])
+    return rows
 
 
 def _cost_rows(results: Results) -> list[list[str]]:
