@@ -335,6 +335,88 @@ def _timings(r: Results) -> dict[str, str]:
     return {"total": _clock(seed["total_s"]), **stages, "noop": f"{seed['noop_s']:.0f}"}
 
 
+def _heldout(r: Results) -> dict[str, str]:
+    """The default run's held-out curve (metrics/train_curves.csv; the row of step s is the
+    model after s + 1 steps) and its training reward."""
+    rows = r.csv("metrics/train_curves.csv")
+    held = [
+        (int(x["step"]) + 1, float(x["heldout_accuracy"])) for x in rows if x["heldout_accuracy"]
+    ]
+    reward = [float(x["reward"]) for x in rows]
+    return {
+        "h0": pct(held[0][1]),
+        "h0_step": str(held[0][0]),
+        "h1": pct(held[-1][1]),
+        "h1_step": str(held[-1][0]),
+        "evals": str(len(held)),
+        "r_lo": f"{min(reward):.2f}",
+        "r_hi": f"{max(reward):.2f}",
+    }
+
+
+def _hms(seconds: float) -> str:
+    """1:01:40 over an hour, 50:34 under."""
+    m, sec = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def _study_compute(r: Results) -> dict[str, str]:
+    """Each study's compute: the sum of its cells' wall time (reports/NAME/summary.json)."""
+    return {
+        f.parent.name: _hms(r.json(str(f.relative_to(r.root)))["wall_s_total"])
+        for f in sorted((r.root / "reports").glob("*/summary.json"))
+    }
+
+
+def _presets(r: Results) -> dict[str, str]:
+    """The five presets on the default params (benchmarks/results/compare-presets.json)."""
+    runs = r.json("benchmarks/results/compare-presets.json")["runs"]
+    out = {f"rw_{a}": f"{v['last_5_steps_reward']:.2f}" for a, v in runs.items()}
+    out |= {f"acc_{a}": pct(v["policy_accuracy"]) for a, v in runs.items()}
+    out["dapo_x"] = f"{runs['dapo']['rollouts'] / runs['grpo']['rollouts']:.1f}"
+    return out
+
+
+def _smollm2_seeds(r: Results) -> dict[str, str]:
+    """studies/smollm2: per seed s, the base's and GRPO's held-out accuracy per level (b{s}_{k},
+    p{s}_{k}; k = 1-3 and all) and their difference with its paired se over questions
+    (d{s}_{k}, se{s}_{k}), from the cells' questions.parquet; the cell's time (t{s})."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    out = {}
+    study = r.root / "studies/smollm2"
+    for summary in sorted((study / "cells").glob("grpo-*.json")):
+        s = summary.stem.split("-")[1]
+        base = pq.read_table(study / "base" / s / "questions.parquet").to_pydict()
+        cell = pq.read_table(study / "cells" / f"grpo-{s}" / "questions.parquet").to_pydict()
+        b = dict(zip(base["id"], base["accuracy"], strict=True))
+        p = dict(zip(cell["id"], cell["accuracy"], strict=True))
+        level = dict(zip(cell["id"], cell["level"], strict=True))
+        for k in (1, 2, 3, "all"):
+            qs = [q for q in p if q in b and (k == "all" or level[q] == k)]
+            d = np.array([p[q] - b[q] for q in qs])
+            out[f"b{s}_{k}"] = pct(np.mean([b[q] for q in qs]))
+            out[f"p{s}_{k}"] = pct(np.mean([p[q] for q in qs]))
+            out[f"d{s}_{k}"] = points(d.mean())
+            out[f"se{s}_{k}"] = f"{100 * d.std(ddof=1) / np.sqrt(len(d)):.1f}"
+        out[f"t{s}"] = _hms(r.json(str(summary.relative_to(r.root)))["wall_s"]["total"])
+    return out
+
+
+def _smollm2_row(s: str) -> str:
+    cols = " | ".join(
+        f"{{b{s}_{k}}} / {{p{s}_{k}}} / {{d{s}_{k}}} ({{se{s}_{k}}})" for k in (1, 2, 3, "all")
+    )
+    return f"| {s} | {cols} | {{t{s}}} |"
+
+
+SMOLLM2_SEEDS = sorted(
+    p.stem.split("-")[1] for p in (ROOT / "studies/smollm2/cells").glob("grpo-*.json")
+)
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
@@ -491,6 +573,49 @@ PASSAGES: list[Passage] = [
         _seed_ranges(HINT),
         HINT,
     ),
+    Passage(
+        "docs/pipeline.md",
+        "held-out accuracy goes from {h0}% after step {h0_step} to {h1}% after step {h1_step}, "
+        "while its training reward (on levels 3-4 alone) moves between {r_lo} and {r_hi} from "
+        "step to step. The {evals} evaluations",
+        _heldout,
+        "metrics/train_curves.csv",
+    ),
+    Passage(
+        "README.md",
+        "(`train.heldout`): {h0}% after step {h0_step}, {h1}% after step {h1_step}, a curve",
+        _heldout,
+        "metrics/train_curves.csv",
+    ),
+    *[
+        Passage(
+            "docs/studies.md",
+            f"| {{{name}}} | [reports/{name}.md](../reports/{name}.md) |",
+            _study_compute,
+            f"reports/{name}/summary.json",
+        )
+        for name in ("difficulty", "codapo", "offcontext")
+    ],
+    Passage(
+        "docs/studies.md",
+        "| {format}, about 14 min of it 5 cells slowed by a benchmark beside them | "
+        "[reports/format.md](../reports/format.md) |",
+        _study_compute,
+        "reports/format/summary.json",
+    ),
+    Passage(
+        "docs/sharing-and-experiments.md",
+        "(the last 5 steps' reward: DAPO {rw_dapo}, GRPO {rw_grpo}, CoDaPO {rw_codapo}; held-out "
+        "accuracy: {acc_dapo}, {acc_grpo} and {acc_codapo}), but DAPO's reward lead comes from "
+        "groups it chose, with {dapo_x} times GRPO's rollouts",
+        _presets,
+        "benchmarks/results/compare-presets.json",
+    ),
+    # scale.md: GRPO on SmolLM2, per seed (the seeds run so far)
+    *[
+        Passage("docs/scale.md", _smollm2_row(s), _smollm2_seeds, "studies/smollm2/")
+        for s in SMOLLM2_SEEDS
+    ],
     # dynamics.md: the default run
     Passage(
         "docs/dynamics.md",

@@ -121,3 +121,21 @@ def test_the_script_runs_from_the_root_and_says_what_it_checked():
     assert done.returncode == 0, done.stdout + done.stderr
     n = len(doc_numbers.PASSAGES)
     assert f"{n} passages" in done.stdout and "every number matches its result file" in done.stdout
+
+
+def test_the_presets_table_is_the_committed_output_of_the_committed_run():
+    """docs/sharing-and-experiments.md shows `python -m stages.compare`'s output as committed in
+    benchmarks/results/compare-presets.txt, whose baseline row is the committed run's
+    metrics/eval.json: rerunning the default run fails this until the presets are rerun."""
+    page = (ROOT / "docs/sharing-and-experiments.md").read_text()
+    start = page.index("which a test checks this block\nagainst:\n\n```\n") + len(
+        "which a test checks this block\nagainst:\n\n```\n"
+    )
+    block = page[start : page.index("```\n", start)]
+    committed = (ROOT / "benchmarks/results/compare-presets.txt").read_text()
+    assert block == committed
+    ev = json.loads((ROOT / "metrics/eval.json").read_text())["policy"]["arith"]
+    baseline = next(line for line in committed.splitlines() if line.startswith("* "))
+    cells = baseline.split()
+    assert cells[2] == pct(ev["accuracy"])
+    assert cells[3:8] == [pct(ev[f"level{k}"]) for k in range(1, 6)]
