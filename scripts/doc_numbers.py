@@ -417,6 +417,46 @@ SMOLLM2_SEEDS = sorted(
 )
 
 
+def _smollm2_profile(r: Results) -> dict[str, str]:
+    """benchmarks/results/smollm2-profile-t02.json: sampled accuracy per domain and level."""
+    cells = r.json("benchmarks/results/smollm2-profile-t02.json")["cells"]
+    return {f"{c['domain']}{c['level']}": pct(c["accuracy"]) for c in cells}
+
+
+def _smollm2_step(r: Results) -> dict[str, str]:
+    """benchmarks/results/smollm2-step-merged.json: a step through the adapters and with the
+    merged copy, and the generation within it."""
+    runs = {x["config"].split(":")[-1]: x for x in r.json(STEP)["results"]}
+    return {
+        "hf": f"{runs['hf']['step_s']:.1f}",
+        "hf_gen": f"{runs['hf']['generate_s']:.1f}",
+        "merged": f"{runs['hf_merged']['step_s']:.1f}",
+        "merged_gen": f"{runs['hf_merged']['generate_s']:.1f}",
+    }
+
+
+STEP = "benchmarks/results/smollm2-step-merged.json"
+
+
+def _cpu_dtype(r: Results) -> dict[str, str]:
+    """benchmarks/results/cpu-dtype-smollm2.json: fp32 against bf16 on this CPU."""
+    d = r.json("benchmarks/results/cpu-dtype-smollm2.json")
+    out = {}
+    for dt, key in (("float32", "f"), ("bfloat16", "b")):
+        x = d[dt]
+        out |= {
+            f"{key}_gen": f"{x['generate_s']:.1f}",
+            f"{key}_tps": f"{x['generate_tokens_per_s']:.0f}",
+            f"{key}_icdf": f"{x['generate_inverse_cdf_s']:.1f}",
+            f"{key}_icdf_tps": f"{x['generate_inverse_cdf_tokens_per_s']:.0f}",
+            f"{key}_upd": f"{x['update_s']:.1f}",
+            f"{key}_share": f"{x['generate_inverse_cdf_vs_decode_matmul']:.2f}",
+        }
+    out["lp_mean"] = f"{d['bfloat16']['logp_mean_abs_diff']:.3f}"
+    out["lp_max"] = f"{d['bfloat16']['logp_max_abs_diff']:.2f}"
+    return out
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
@@ -616,6 +656,38 @@ PASSAGES: list[Passage] = [
         Passage("docs/scale.md", _smollm2_row(s), _smollm2_seeds, "studies/smollm2/")
         for s in SMOLLM2_SEEDS
     ],
+    *[
+        Passage(
+            "docs/scale.md",
+            f"| {row} | **{{{d}1}}%** | **{{{d}2}}%** | {{{d}3}}% | {{{d}4}}% | {{{d}5}}% |",
+            _smollm2_profile,
+            "benchmarks/results/smollm2-profile-t02.json",
+        )
+        for row, d in (("arith", "math"), ("code", "code"))
+    ],
+    Passage(
+        "docs/scale.md",
+        "**{hf} s** sampling through the adapters ({hf_gen} s generating), **{merged} s** with the "
+        "merged copy ({merged_gen} s generating,",
+        _smollm2_step,
+        STEP,
+    ),
+    Passage(
+        "docs/scale.md",
+        "| generation, `torch.multinomial` | {f_gen} s ({f_tps} tokens/s) | {b_gen} s ({b_tps} "
+        "tokens/s) | | generation, `draw: inverse_cdf` | {f_icdf} s ({f_icdf_tps} tokens/s) | "
+        "**{b_icdf} s ({b_icdf_tps} tokens/s)** | | forward and backward of the 64 rows, LoRA on "
+        "attention | {f_upd} s | {b_upd} s | | token log-probs against float32's | | {lp_mean} "
+        "nats mean, {lp_max} max |",
+        _cpu_dtype,
+        "benchmarks/results/cpu-dtype-smollm2.json",
+    ),
+    Passage(
+        "docs/scale.md",
+        "It reaches {f_share} (float32) and {b_share} (bf16) of the matmul rate",
+        _cpu_dtype,
+        "benchmarks/results/cpu-dtype-smollm2.json",
+    ),
     # dynamics.md: the default run
     Passage(
         "docs/dynamics.md",
