@@ -791,7 +791,11 @@ def check(root: Path = ROOT, passages: list[Passage] = PASSAGES) -> list[Mismatc
             continue
         values = p.values(results)
         for field in p.fields():
-            if m.group(field) != values[field]:
+            if field not in values:
+                out.append(
+                    Mismatch(p.page, 0, field, "", "no value: a result file is missing", p.source)
+                )
+            elif m.group(field) != values[field]:
                 line = text.count("\n", 0, m.start(field)) + 1
                 out.append(Mismatch(p.page, line, field, m.group(field), values[field], p.source))
     return out

@@ -36,7 +36,14 @@ def test_the_formats_on_small_cases():
 
 def _copy(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
-    for rel in ["README.md", "docs", "metrics", "benchmarks/results", "reports"]:
+    results = [
+        "metrics",
+        "benchmarks/results",
+        "reports",
+        "studies/smollm2/base",
+        "studies/smollm2/cells",
+    ]
+    for rel in ["README.md", "docs", *results]:
         src = ROOT / rel
         if src.is_dir():
             shutil.copytree(src, root / rel, ignore=shutil.ignore_patterns("*.png"))
