@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from grpo_core.errors import InputError
-from grpo_core.studies import dvcfile, report
+from grpo_core.studies import dvcfile, findings, report
 
 
 def cli(argv: list[str]) -> None:
@@ -21,7 +21,7 @@ def cli(argv: list[str]) -> None:
         elif len(argv) == 2 and argv[0] == "report":
             print(report.write_report(Path(argv[1]), Path("reports")))
         elif argv == ["findings"]:
-            print(report.write_findings(Path("reports"), Path("docs/findings.md")))
+            print(findings.write_findings(Path("reports"), Path("docs/findings.md")))
         else:
             raise SystemExit(__doc__)
     except (InputError, FileNotFoundError) as exc:

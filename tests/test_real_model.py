@@ -236,9 +236,12 @@ def test_the_pipeline_trains_and_evaluates_a_qwen3_model_on_real_benchmark_rows(
 
     # The chat template, in every stage that prompts the model unguided.
     shown = re.findall(r"the first prompt as the model is given it: (.*)$", out, re.MULTILINE)
-    assert len(shown) == 4, out[-3000:]  # profile, train, evaluate base and policy
+    # profile, train (its questions and its held-out sample, train.heldout), evaluate base and
+    # policy
+    assert len(shown) == 5, out[-3000:]
     for prompt in map(json.loads, shown):
-        assert prompt.startswith("<|im_start|>user\n") and "\\boxed{}" in prompt
+        assert prompt.startswith("<|im_start|>user\n")
+        assert "\\boxed{}" in prompt or "'Answer: X'" in prompt  # the domain's answer form
         assert prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
     assert json.loads((repo / "models/base/grpo_lab.json").read_text())["chat"] is True
 

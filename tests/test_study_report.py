@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from grpo_core.studies.report import load_results, write_findings, write_report
+from grpo_core.studies.findings import write_findings
+from grpo_core.studies.report import load_results, write_report
 
 D = {0: 0.10, 1: 0.12, 2: 0.14}
 LEVELS = {"q1": 1, "q2": 1, "q3": 2, "q4": 2, "q5": 3}
@@ -384,9 +385,9 @@ def test_findings_read_the_capacity_boundary_in_every_grpo_arm(tmp_path, monkeyp
     docstring). Against "level 1 better by 5 points" that is reproduced; against "level 2
     equal within 2 points" contradicted (wholly outside the margin). grpo - base is 0.1 at
     every seed: a zero-width interval, refused. The verdict over the arms is the weakest."""
-    from grpo_core.studies import report
+    from grpo_core.studies import findings
 
-    monkeypatch.setattr(report, "BOUNDARY", ((1, "better", 0.05), (2, "equal", 0.02)))
+    monkeypatch.setattr(findings, "BOUNDARY", ((1, "better", 0.05), (2, "equal", 0.02)))
     reports = tmp_path / "reports"
     for name, arm in (("demo", "new"), ("other", "grpo"), ("none", None)):
         study_dir = make_study(tmp_path, name)
