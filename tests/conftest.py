@@ -1,3 +1,7 @@
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -21,3 +25,22 @@ def tiny_model(tokenizer):
 @pytest.fixture(autouse=True)
 def _threads():
     torch.set_num_threads(1)
+
+
+def copy_repository(dest: Path) -> Path:
+    """The repository's files (tracked, and new ones git does not ignore) copied into `dest`:
+    a fresh copy to follow the docs or a recipe in without touching this checkout."""
+    root = Path(__file__).resolve().parents[1]
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for rel in filter(None, listed.split("\0")):
+        src = root / rel
+        if src.is_file() and not src.is_symlink():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest

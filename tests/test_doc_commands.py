@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -31,6 +30,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.conftest import copy_repository
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -240,13 +241,7 @@ def test_every_experiment_a_command_names_was_named_before(page):
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory) -> Path:
     """The repository's files (tracked, and new ones git does not ignore) in a new git repo."""
-    repo = tmp_path_factory.mktemp("fresh")
-    listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]).stdout
-    for rel in filter(None, listed.split("\0")):
-        src = ROOT / rel
-        if src.is_file() and not src.is_symlink():
-            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, repo / rel)
+    repo = copy_repository(tmp_path_factory.mktemp("fresh"))
     for argv in (
         ["git", "init", "-q", "-b", "main"],
         ["git", "add", "-A"],

@@ -6,7 +6,6 @@ so the rest of the suite sees the registries as shipped."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from grpo_core.errors import InputError
 from grpo_core.rewards import verify
 from grpo_core.training.batch import Question
 from grpo_core.training.trainer import GRPOTrainer
+from tests.conftest import copy_repository
 
 # ---- add a reward: a verifier registered by domain ------------------------------------------
 
@@ -204,16 +204,7 @@ def _sh(repo, *argv, check=True):
 
 @pytest.fixture
 def copy_of_repo(tmp_path) -> Path:
-    """The repository's files (tracked and new, as git lists them) in a folder of their own."""
-    root = Path(__file__).resolve().parents[1]
-    listed = _sh(root, "git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
-    repo = tmp_path / "repo"
-    for rel in filter(None, listed.stdout.split("\0")):
-        src = root / rel
-        if src.is_file() and not src.is_symlink():
-            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, repo / rel)
-    return repo
+    return copy_repository(tmp_path / "repo")
 
 
 def _pytest(repo, *tests, check=True):
