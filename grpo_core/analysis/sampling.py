@@ -73,6 +73,8 @@ def sample_problems(
             cfg.max_new_tokens,
             greedy=greedy,
             draw=cfg.draw,
+            # what scoring reuses (a float32 model's log-probs), or nothing
+            record="entropy" if with_logprobs else "none",
         )
         lengths = ro.lengths.tolist()
         mean_logp: list[float] = []

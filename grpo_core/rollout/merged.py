@@ -82,7 +82,8 @@ class MergedLoRABackend:
         generators: list[torch.Generator] | None = None,
     ) -> Rollouts:
         """The pipeline's sampler on the merged copy (`generators`: one stream per prompt, as
-        the policy would sample; `draw` as `train.draw`)."""
+        the policy would sample; `draw` as `train.draw`). It records the copy's log-probs
+        (the importance weights' q) but not its entropies: the trainer scores the policy's."""
         return sampler.generate(
             self.model,
             self.tokenizer,
@@ -93,4 +94,5 @@ class MergedLoRABackend:
             greedy=greedy,
             generators=generators,
             draw=self.draw,
+            record="logp",
         )

@@ -93,6 +93,7 @@ def _sample(
     min_new_tokens: int = 0,
     generators: list[torch.Generator] | None = None,
     draw: str = "multinomial",
+    record: str = "entropy",
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Decode up to `max_new_tokens` after the left-padded contexts `ids`, with a KV cache.
 
@@ -108,7 +109,15 @@ def _sample(
     each group's tokens from its own random stream instead of one `torch.multinomial` over
     every row: a group then samples the same tokens whichever other groups share the batch
     (how data-parallel ranks split a step's groups), up to float rounding of the logits.
+
+    `record` (`RECORDS`) says what is kept beside the tokens: "entropy", the log-probs and the
+    entropies; "logp", the log-probs, with NaN entropies (a backend's rollouts, whose
+    entropies the trainer recomputes); "none", neither (returned as None: an evaluation's
+    rollouts). The tokens are the same whichever: only the work differs (the entropy is an
+    exp over the whole vocabulary at every step).
     """
+    if record not in RECORDS:
+        raise ValueError(f"record={record!r}: allowed values are {RECORDS}")
     b = ids.shape[0]
     if generators is not None and (not generators or b % len(generators)):
         raise ValueError(f"{len(generators)} generators for {b} rows: need whole groups")
@@ -119,28 +128,32 @@ def _sample(
     unfinished = torch.ones(b, dtype=torch.long, device=ids.device)
     tokens, logps, entropies = [], [], []
     for step in range(max_new_tokens):
-        scores = logits.float()
+        scores = logits.float()  # the logits are not read again: dividing in place is safe
         if not greedy and temperature != 1.0:
-            scores = scores / temperature
-        logp_all = None if greedy else F.log_softmax(scores, dim=-1)
-        if step < min_new_tokens:
-            scores = scores.clone()
+            scores = scores.div_(temperature)
+        logp_all = None if greedy or record == "none" else F.log_softmax(scores, dim=-1)
+        if step < min_new_tokens:  # scores are this step's own (.float() or the division)
             scores[:, eos] = -float("inf")
         token = _next_token(scores, greedy, generators, draw)
         token = token * unfinished + pad * (1 - unfinished)
         tokens.append(token)
         if logp_all is not None:
             logps.append(logp_all.gather(1, token[:, None]).squeeze(1))
-            entropies.append(-(logp_all.exp() * logp_all).sum(-1))
+            if record == "entropy":
+                entropies.append(-logp_all.exp().mul_(logp_all).sum(-1))
         unfinished = unfinished & (token != eos).long()
         if step == max_new_tokens - 1 or not unfinished.any():
             break
         attn = torch.cat([attn, attn.new_ones(b, 1)], dim=1)
         next_pos = next_pos + 1
         logits = forward(model, token[:, None], attn, next_pos, cache)[:, -1]
-    if greedy:
-        return torch.stack(tokens, 1), None, None
-    return torch.stack(tokens, 1), torch.stack(logps, 1), torch.stack(entropies, 1)
+    completion = torch.stack(tokens, 1)
+    if greedy or record == "none":
+        return completion, None, None
+    logp = torch.stack(logps, 1)
+    if record == "logp":
+        return completion, logp, torch.full_like(logp, float("nan"))
+    return completion, logp, torch.stack(entropies, 1)
 
 
 def _next_token(
@@ -174,6 +187,7 @@ def _next_token(
 
 
 DRAWS = ("multinomial", "inverse_cdf")
+RECORDS = ("entropy", "logp", "none")
 
 
 def inverse_cdf_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -181,11 +195,17 @@ def inverse_cdf_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     `u` (B,), uniform in [0, 1): the first index i with u * total < cdf[i], cumulated in
     float64. A token of probability 0 has an empty interval, so it is never drawn; where
     u * total rounds up to the total, the last token of non-zero probability is."""
-    cdf = probs.double().cumsum(dim=-1)
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)
     target = (u.double() * cdf[:, -1]).unsqueeze(1)
     index = torch.searchsorted(cdf, target, right=True).squeeze(1)
-    last = probs.shape[1] - 1 - (probs.flip(1) > 0).int().argmax(dim=1)
-    return torch.minimum(index, last)
+    # An index inside the vocabulary has cdf[index] > cdf[index - 1]: a token of non-zero
+    # probability. Only rows past the end (u * total rounded up to the total) need the last
+    # such token, and only they pay for finding it.
+    over = (index == probs.shape[1]).nonzero().squeeze(1)
+    if len(over):
+        tail = probs[over].flip(1) > 0
+        index[over] = probs.shape[1] - 1 - tail.int().argmax(dim=1)
+    return index
 
 
 @torch.no_grad()
@@ -200,6 +220,7 @@ def generate(
     min_new_tokens: int = 0,
     generators: list[torch.Generator] | None = None,
     draw: str = "multinomial",
+    record: str = "entropy",
 ) -> Rollouts:
     """Sample `num_samples` completions per prompt; rows are grouped prompt by prompt.
 
@@ -213,6 +234,10 @@ def generate(
     `_sample`); None samples from torch's global generator, exactly as `model.generate`. A
     model that samples through `model.generate` (`_plain_sampler` false) ignores them, and
     `draw` ("multinomial", as `model.generate`, or "inverse_cdf": see the module's doc).
+
+    `record` ("entropy", "logp" or "none", see `_sample`): what the rollouts carry beside the
+    tokens. Rollouts without entropies carry no `sampler_key`, so the trainer never takes
+    their log-probs and entropies for a forward's.
     """
     if generators is not None and len(generators) != len(prompts):
         raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
@@ -238,8 +263,9 @@ def generate(
             min_new_tokens,
             generators=generators,
             draw=draw,
+            record=record,
         )
-        if not greedy and _computes_in_float32(model):
+        if not greedy and record == "entropy" and _computes_in_float32(model):
             key = _sampler_key(model, temperature)
     else:
         completion = _generate_hf(

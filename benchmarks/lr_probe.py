@@ -1,0 +1,145 @@
+"""Short runs of one study cell at several learning rates: which rate learns fastest without
+coming apart, measured on one seed before a study spends its hours on it.
+
+    python -m benchmarks.lr_probe studies/smollm2 --variant grpo --seed 2 --steps 10 \\
+        --lrs 2e-5 5e-5 1e-4 [--out benchmarks/results/smollm2-lr.md]
+
+Each rate trains the cell's own params (`grpo_core.studies.spec.cell_params`: the study's
+params, the variant's and the seed's) with `train.lr` and `train.steps` replaced, in a scratch
+workspace beside the study's cells (studies/<name>/.work/lr-<rate>-<seed>/, removed after).
+A rate the cell itself was trained at is read from the cell's step metrics instead
+(studies/<name>/cells/<variant>-<seed>/train.csv, its first `--steps` steps: the warm-up and
+constant rate after it make a short run the start of the long one), unless `--retrain`.
+
+Reported per rate, from the step metrics: the training reward (mean over the first and the
+second half of the steps), the held-out accuracy at every `train.heldout` evaluation (the
+cell's params must turn it on), the mean gradient norm, the last step's completion length
+and truncated share, and the run's time. One seed and a few steps: a rate that is far worse
+or comes apart shows; a difference under the held-out sample's noise (about
+sqrt(p(1-p)/questions)) does not, and the table says so.
+
+Run it from the repository's root, alone on the machine. The last line printed is JSON;
+`--out` writes the table (Markdown) and the JSON beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+from grpo_core.config.core import read_yaml
+from grpo_core.studies import cells
+from grpo_core.studies.spec import cell_key, cell_params, load_study
+
+ROOT = Path.cwd()  # the repository, as for the study stages (stages/study_cell.py)
+
+
+def summarize(steps_csv: str, steps: int) -> dict:
+    """The probe's numbers from a cell's step-metrics CSV (`cells.step_table`), its first
+    `steps` steps."""
+    if steps < 2:
+        raise ValueError(f"--steps {steps}: the probe compares two halves, it needs 2 or more")
+    lines = steps_csv.splitlines()
+    head = [lines[0], *[r for r in lines[1:] if int(r.split(",")[0]) < steps]]
+    table = "\n".join(head) + "\n"
+    names = lines[0].split(",")
+
+    def col(name: str) -> list[float]:
+        return cells.column(table, name) if name in names else []
+
+    reward = col("rewards/correct/mean") or col("reward")
+    if len(reward) < steps:
+        raise ValueError(f"{len(reward)} steps of metrics, the probe needs {steps}")
+    half = steps // 2
+    heldout = []
+    if "heldout/accuracy" in names:
+        i_step, i_acc = names.index("step"), names.index("heldout/accuracy")
+        for r in head[1:]:
+            values = r.split(",")
+            if values[i_acc] != "":
+                heldout.append([int(values[i_step]) + 1, round(float(values[i_acc]), 3)])
+    grad = col("grad_norm")
+    return {
+        "reward_first_half": round(sum(reward[:half]) / half, 3),
+        "reward_second_half": round(sum(reward[half:]) / (steps - half), 3),
+        "heldout": heldout,
+        "grad_norm_mean": round(sum(grad) / len(grad), 3) if grad else None,
+        "length_last": col("completions/mean_length")[-1],
+        "clipped_last": round(col("completions/clipped_ratio")[-1], 3),
+    }
+
+
+def probe(study_dir: Path, variant: str, seed: int, steps: int, lr: float, retrain: bool):
+    study = load_study(study_dir)
+    params = cell_params(read_yaml(ROOT / "params.yaml"), study, variant, seed, str(study_dir))
+    kept = study_dir / "cells" / f"{cell_key(variant, seed)}/train.csv"
+    if not retrain and math.isclose(params["train"]["lr"], lr) and kept.exists():
+        return summarize(kept.read_text(), steps) | {"source": str(kept), "wall_s": None}
+    params["train"] |= {"lr": lr, "steps": steps, "checkpoint_every": steps}
+    ws = cells.workspace(
+        study_dir, f"lr-{lr:g}-{seed}", params, cells.inputs(ROOT, study_dir, study, "cell")
+    )
+    start = time.perf_counter()
+    cells.run_stage("stages.train", ws, ROOT)
+    wall = round(time.perf_counter() - start, 1)
+    out = summarize(cells.step_table(ws / cells.STEP_METRICS), steps)
+    shutil.rmtree(ws)
+    return out | {"source": "trained", "wall_s": wall}
+
+
+def table(out: dict) -> str:
+    lines = [
+        f"# Learning rate: {out['steps']} steps of {out['study']}'s `{out['variant']}` cell, "
+        f"seed {out['seed']}",
+        "",
+        f"`python -m benchmarks.lr_probe {out['study']} --variant {out['variant']} --seed "
+        f"{out['seed']} --steps {out['steps']} --lrs {' '.join(out['rates'])}`. Reward: the "
+        "verifier's mean over the step's rollouts, averaged over the first and second half of "
+        "the steps; held-out: accuracy on the fixed held-out sample after the step shown.",
+        "",
+        "| lr | reward, first half | reward, second half | held-out (step: accuracy) "
+        "| grad norm | last length | last truncated | time (s) | from |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rate in out["rates"]:
+        r = out["results"][rate]
+        held = ", ".join(f"{s}: {a:.3f}" for s, a in r["heldout"]) or "–"
+        source = "the study's cell" if r["source"] != "trained" else "this probe"
+        lines.append(
+            f"| {rate} | {r['reward_first_half']:.3f} | {r['reward_second_half']:.3f} | {held} "
+            f"| {r['grad_norm_mean']} | {r['length_last']:.1f} | {r['clipped_last']:.3f} "
+            f"| {r['wall_s'] if r['wall_s'] is not None else '–'} | {source} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("study", type=Path, help="the study's folder (studies/<name>)")
+    ap.add_argument("--variant", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--lrs", nargs="+", required=True, help="learning rates, e.g. 2e-5 1e-4")
+    ap.add_argument("--retrain", action="store_true", help="train the cell's own rate too")
+    ap.add_argument("--out", type=Path, help="write the Markdown table here (and .json)")
+    args = ap.parse_args()
+    out: dict = {"study": str(args.study), "variant": args.variant, "seed": args.seed}
+    out |= {"steps": args.steps, "rates": args.lrs, "results": {}}
+    for rate in args.lrs:
+        out["results"][rate] = probe(
+            args.study, args.variant, args.seed, args.steps, float(rate), args.retrain
+        )
+        print(rate, json.dumps(out["results"][rate]), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
+        args.out.write_text(table(out))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
