@@ -294,6 +294,7 @@ def _findings(r: Results) -> dict[str, str]:
     put("easy", _check(r, "difficulty", "easy-is-enough", "easy_tier", 4), size=True)
     put("oc", _check(r, "offcontext", "oc-beats-grpo", "oc_fixed", 5))
     put("sm", _check(r, "smollm2", "grpo-teaches-smollm2", "grpo", 1), size=True)
+    put("smf", _check(r, "smollm2", "format-shaping-helps-smollm2", "with_format", "all"), size=True)
     weight = next(
         p
         for p in r.json("reports/offcontext/summary.json")["preconditions"]
@@ -379,29 +380,41 @@ def _presets(r: Results) -> dict[str, str]:
     return out
 
 
+def _paired(a_questions: Path, b_questions: Path) -> dict:
+    """Two models' held-out accuracy per level (1-3 and "all") over their common questions
+    (questions.parquet files), and the difference b - a with its paired se over questions:
+    {level: (a, b, difference, se)}, formatted."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    a_t, b_t = pq.read_table(a_questions).to_pydict(), pq.read_table(b_questions).to_pydict()
+    a = dict(zip(a_t["id"], a_t["accuracy"], strict=True))
+    b = dict(zip(b_t["id"], b_t["accuracy"], strict=True))
+    level = dict(zip(b_t["id"], b_t["level"], strict=True))
+    out = {}
+    for k in (1, 2, 3, "all"):
+        qs = [q for q in b if q in a and (k == "all" or level[q] == k)]
+        d = np.array([b[q] - a[q] for q in qs])
+        se = f"{100 * d.std(ddof=1) / np.sqrt(len(d)):.1f}"
+        out[k] = (pct(np.mean([a[q] for q in qs])), pct(np.mean([b[q] for q in qs])))
+        out[k] += (points(d.mean()), se)
+    return out
+
+
 def _smollm2_seeds(r: Results) -> dict[str, str]:
     """studies/smollm2: per seed s, the base's and GRPO's held-out accuracy per level (b{s}_{k},
     p{s}_{k}; k = 1-3 and all) and their difference with its paired se over questions
     (d{s}_{k}, se{s}_{k}), from the cells' questions.parquet; the cell's time (t{s})."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
     out = {}
     study = r.root / "studies/smollm2"
     for summary in sorted((study / "cells").glob("grpo-*.json")):
         s = summary.stem.split("-")[1]
-        base = pq.read_table(study / "base" / s / "questions.parquet").to_pydict()
-        cell = pq.read_table(study / "cells" / f"grpo-{s}" / "questions.parquet").to_pydict()
-        b = dict(zip(base["id"], base["accuracy"], strict=True))
-        p = dict(zip(cell["id"], cell["accuracy"], strict=True))
-        level = dict(zip(cell["id"], cell["level"], strict=True))
-        for k in (1, 2, 3, "all"):
-            qs = [q for q in p if q in b and (k == "all" or level[q] == k)]
-            d = np.array([p[q] - b[q] for q in qs])
-            out[f"b{s}_{k}"] = pct(np.mean([b[q] for q in qs]))
-            out[f"p{s}_{k}"] = pct(np.mean([p[q] for q in qs]))
-            out[f"d{s}_{k}"] = points(d.mean())
-            out[f"se{s}_{k}"] = f"{100 * d.std(ddof=1) / np.sqrt(len(d)):.1f}"
+        paired = _paired(
+            study / "base" / s / "questions.parquet",
+            study / "cells" / f"grpo-{s}" / "questions.parquet",
+        )
+        for k, (b, p, d, se) in paired.items():
+            out |= {f"b{s}_{k}": b, f"p{s}_{k}": p, f"d{s}_{k}": d, f"se{s}_{k}": se}
         out[f"t{s}"] = _hms(r.json(str(summary.relative_to(r.root)))["wall_s"]["total"])
     return out
 
@@ -415,6 +428,64 @@ def _smollm2_row(s: str) -> str:
 
 SMOLLM2_SEEDS = sorted(
     p.stem.split("-")[1] for p in (ROOT / "studies/smollm2/cells").glob("grpo-*.json")
+)
+
+
+def _smollm2_format(r: Results) -> dict[str, str]:
+    """studies/smollm2's format arm: per seed s, GRPO's and with_format's held-out accuracy per
+    level (g{s}_{k}, w{s}_{k}) and their difference with its paired se (fd{s}_{k}, fse{s}_{k});
+    each one's format rate (gf{s}, wf{s}) and with_format's cell time (ft{s})."""
+    out = {}
+    study = r.root / "studies/smollm2"
+    for summary in sorted((study / "cells").glob("with_format-*.json")):
+        s = summary.stem.split("-")[1]
+        paired = _paired(
+            study / "cells" / f"grpo-{s}" / "questions.parquet",
+            study / "cells" / f"with_format-{s}" / "questions.parquet",
+        )
+        for k, (g, w, d, se) in paired.items():
+            out |= {f"g{s}_{k}": g, f"w{s}_{k}": w, f"fd{s}_{k}": d, f"fse{s}_{k}": se}
+        grpo = r.json(f"studies/smollm2/cells/grpo-{s}.json")
+        cell = r.json(str(summary.relative_to(r.root)))
+        out[f"gf{s}"], out[f"wf{s}"] = pct(grpo["format_rate"]), pct(cell["format_rate"])
+        out[f"ft{s}"] = _hms(cell["wall_s"]["total"])
+    return out
+
+
+def _smollm2_format_row(s: str) -> str:
+    cols = " | ".join(
+        f"{{g{s}_{k}}} / {{w{s}_{k}}} / {{fd{s}_{k}}} ({{fse{s}_{k}}})" for k in (1, 2, 3, "all")
+    )
+    return f"| {s} | {{gf{s}}}% / {{wf{s}}}% | {cols} | {{ft{s}}} |"
+
+
+def _smollm2_format_claim(r: Results) -> dict[str, str]:
+    """studies/smollm2's format arm over the seeds: the two claims' intervals (accuracy over
+    levels 1-3; format rate), the spans over seeds of the held-out format rates and of the
+    last 5 training steps' boxed share, and the zero-advantage share of the last quarter of
+    training (mean over seeds)."""
+    out = {}
+    acc = _check(r, "smollm2", "format-shaping-helps-smollm2", "with_format", "all")
+    rate = _check(r, "smollm2", "format-term-teaches-the-format-smollm2", "with_format", None)
+    for key, ch in (("fmt", acc), ("fr", rate)):
+        out |= {key: points(ch["mean"]), f"{key}_lo": points(ch["lo"])}
+        out[f"{key}_hi"] = points(ch["hi"])
+    for v, key in (("with_format", "w"), ("grpo", "g")):
+        cells = [r.json(f"studies/smollm2/cells/{v}-{s}.json") for s in SMOLLM2_FORMAT_SEEDS]
+        rates = [c["format_rate"] for c in cells]
+        out[f"{key}f_lo"], out[f"{key}f_hi"] = pct(min(rates)), pct(max(rates))
+        boxed = [
+            _mean(r.column(f"studies/smollm2/cells/{v}-{s}/train.csv", "rewards/format/mean")[-5:])
+            for s in SMOLLM2_FORMAT_SEEDS
+        ]
+        out[f"t{key}_lo"], out[f"t{key}_hi"] = pct(min(boxed)), pct(max(boxed))
+        zero = [c["dynamics"]["tokens"]["zero_adv_frac"]["last"] for c in cells]
+        out[f"z{key}"] = pct(_mean(zero), 0)
+    return out
+
+
+SMOLLM2_FORMAT_SEEDS = sorted(
+    p.stem.split("-")[1] for p in (ROOT / "studies/smollm2/cells").glob("with_format-*.json")
 )
 
 
@@ -551,7 +622,9 @@ PASSAGES: list[Passage] = [
         "rollouts, over "
         "{cg_n} seeds; the paper's easy tier falls {easy} points [{easy_lo}, {easy_hi}] short of "
         "all levels "
-        "at level 4, with all or 45% of the steps; hard problems alone are not worse), {inc} are "
+        "at level 4, with all or 45% of the steps; hard problems alone are not worse; and on "
+        "SmolLM2 a format term costs GRPO {smf} points [{smf_lo}, {smf_hi}] over {smf_n} "
+        "seeds), {inc} are "
         "inconclusive, and {nt} are not testable here: trained where the paper trains (questions "
         "the "
         "base never solves), Off-Context GRPO's importance weights average {ocw}, so its "
@@ -673,6 +746,38 @@ PASSAGES: list[Passage] = [
         Passage("docs/scale.md", _smollm2_row(s), _smollm2_seeds, "studies/smollm2/")
         for s in SMOLLM2_SEEDS
     ],
+    *[
+        Passage("docs/scale.md", _smollm2_format_row(s), _smollm2_format, "studies/smollm2/")
+        for s in SMOLLM2_FORMAT_SEEDS
+    ],
+    Passage(
+        "docs/scale.md",
+        "Over the three seeds the format term changes held-out accuracy by {fmt} points "
+        "[{fmt_lo}, {fmt_hi}] (levels 1-3;",
+        _smollm2_format_claim,
+        "reports/smollm2/summary.json",
+    ),
+    Passage(
+        "docs/scale.md",
+        "with_format's policies box {wf_lo}-{wf_hi}% of their held-out answers, GRPO's "
+        "{gf_lo}-{gf_hi}%, a difference of {fr} points [{fr_lo}, {fr_hi}] (",
+        _smollm2_format_claim,
+        "studies/smollm2/cells/",
+    ),
+    Passage(
+        "docs/scale.md",
+        "the boxed share of the last 5 steps' rollouts is {tw_lo}-{tw_hi}% with the term and "
+        "{tg_lo}-{tg_hi}% without.",
+        _smollm2_format_claim,
+        "studies/smollm2/cells/*/train.csv",
+    ),
+    Passage(
+        "docs/scale.md",
+        "in the last quarter of training {zg}% of GRPO's rollouts have a zero advantage (their "
+        "group scored alike) and {zw}% of with_format's,",
+        _smollm2_format_claim,
+        "studies/smollm2/cells/",
+    ),
     *[
         Passage(
             "docs/scale.md",
