@@ -189,11 +189,14 @@ def main() -> None:
 
 def table(out: dict) -> str:
     keys = [k for k in out["float32"]]
+    temperature = out.get("temperature", 1.0)
+    flag = "" if temperature == 1.0 else f" --temperature {temperature}"
     lines = [
         f"# float32 against bfloat16: {out['parameters']:,}-parameter model, "
         f"{out['threads']} threads",
         "",
-        "`python -m benchmarks.cpu_dtype` (benchmarks/cpu_dtype.py says what each row measures): "
+        f"`python -m benchmarks.cpu_dtype{flag}` (benchmarks/cpu_dtype.py says what each row "
+        "measures): "
         f"{out['batch']} rows x {out['new_tokens']} new tokens at T = "
         f"{out.get('temperature', 1.0)}, micro-batch {out['micro']}.",
         "",

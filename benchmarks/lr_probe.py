@@ -2,7 +2,7 @@
 coming apart, measured on one seed before a study spends its hours on it.
 
     python -m benchmarks.lr_probe studies/smollm2 --variant grpo --seed 2 --steps 10 \\
-        --lrs 2e-5 5e-5 1e-4 [--out benchmarks/results/smollm2-lr.md]
+        --lrs 2e-5 5e-5 1e-4 [--out benchmarks/results/smollm2-lr.md] [--extend]
 
 Each rate trains the cell's own params (`grpo_core.studies.spec.cell_params`: the study's
 params, the variant's and the seed's) with `train.lr` and `train.steps` replaced, in a scratch
@@ -10,6 +10,8 @@ workspace beside the study's cells (studies/<name>/.work/lr-<rate>-<seed>/, remo
 A rate the cell itself was trained at is read from the cell's step metrics instead
 (studies/<name>/cells/<variant>-<seed>/train.csv, its first `--steps` steps: the warm-up and
 constant rate after it make a short run the start of the long one), unless `--retrain`.
+With `--extend`, the rates the `--out` file already holds (an earlier run on the same cell
+and steps) are kept, and only the new ones train.
 
 Reported per rate, from the step metrics: the training reward (mean over the first and the
 second half of the steps), the held-out accuracy at every `train.heldout` evaluation (the
@@ -91,6 +93,22 @@ def probe(study_dir: Path, variant: str, seed: int, steps: int, lr: float, retra
     return out | {"source": "trained", "wall_s": wall}
 
 
+def earlier_results(path: Path | None, out: dict) -> dict:
+    """The rates an earlier run wrote to `path`'s JSON, if it probed the same cell for as many
+    steps; an earlier run of another cell is an error, not a silent mix."""
+    if path is None:
+        raise SystemExit("error: --extend needs --out, the file whose rates it keeps")
+    json_path = path.with_suffix(".json")
+    if not json_path.exists():
+        return {}
+    before = json.loads(json_path.read_text())
+    keys = ("study", "variant", "seed", "steps")
+    if any(before.get(k) != out[k] for k in keys):
+        theirs = {k: before.get(k) for k in keys}
+        raise SystemExit(f"error: {json_path} probed {theirs}, not this cell: --extend refused")
+    return before["results"]
+
+
 def table(out: dict) -> str:
     lines = [
         f"# Learning rate: {out['steps']} steps of {out['study']}'s `{out['variant']}` cell, "
@@ -125,11 +143,20 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--lrs", nargs="+", required=True, help="learning rates, e.g. 2e-5 1e-4")
     ap.add_argument("--retrain", action="store_true", help="train the cell's own rate too")
+    ap.add_argument(
+        "--extend",
+        action="store_true",
+        help="keep the rates --out's JSON already holds (same study, variant, seed, steps)",
+    )
     ap.add_argument("--out", type=Path, help="write the Markdown table here (and .json)")
     args = ap.parse_args()
     out: dict = {"study": str(args.study), "variant": args.variant, "seed": args.seed}
     out |= {"steps": args.steps, "rates": args.lrs, "results": {}}
+    earlier = earlier_results(args.out, out) if args.extend else {}
     for rate in args.lrs:
+        if rate in earlier:
+            out["results"][rate] = earlier[rate]
+            continue
         out["results"][rate] = probe(
             args.study, args.variant, args.seed, args.steps, float(rate), args.retrain
         )

@@ -294,7 +294,8 @@ def _findings(r: Results) -> dict[str, str]:
     put("easy", _check(r, "difficulty", "easy-is-enough", "easy_tier", 4), size=True)
     put("oc", _check(r, "offcontext", "oc-beats-grpo", "oc_fixed", 5))
     put("sm", _check(r, "smollm2", "grpo-teaches-smollm2", "grpo", 1), size=True)
-    put("smf", _check(r, "smollm2", "format-shaping-helps-smollm2", "with_format", "all"), size=True)
+    smf = _check(r, "smollm2", "format-shaping-helps-smollm2", "with_format", "all")
+    put("smf", smf, size=True)
     weight = next(
         p
         for p in r.json("reports/offcontext/summary.json")["preconditions"]
@@ -524,8 +525,34 @@ def _cpu_dtype(r: Results) -> dict[str, str]:
             f"{key}_upd": f"{x['update_s']:.1f}",
             f"{key}_share": f"{x['generate_inverse_cdf_vs_decode_matmul']:.2f}",
         }
+    f, b = d["float32"], d["bfloat16"]
+    out["speedup"] = f"{f['generate_s'] / b['generate_inverse_cdf_s']:.1f}"
+    out["mm_x"] = f"{b['matmul_decode_gflops'] / f['matmul_decode_gflops']:.1f}"
+    cold = r.json("benchmarks/results/cpu-dtype-smollm2-t02.json")["bfloat16"]
+    out["t_ent"] = f"{cold['generate_inverse_cdf_s']:.1f}"
+    out["t_logp"] = f"{cold['generate_inverse_cdf_logp_s']:.1f}"
+    out["t_none"] = f"{cold['generate_inverse_cdf_none_s']:.1f}"
+    out["t_share"] = f"{cold['generate_inverse_cdf_none_vs_decode_matmul']:.2f}"
+    step = {}
+    for key in ("with_format-1", "with_format-2", "grpo-0"):
+        cell = r.json(f"studies/smollm2/cells/{key}.json")
+        step[key] = cell["wall_s"]["train"] / cell["steps"]
+    out["wf_step"] = span([step["with_format-1"], step["with_format-2"]], lambda x: f"{x:.1f}")
+    out["g0_step"] = f"{step['grpo-0']:.1f}"
     out["lp_mean"] = f"{d['bfloat16']['logp_mean_abs_diff']:.3f}"
     out["lp_max"] = f"{d['bfloat16']['logp_max_abs_diff']:.2f}"
+    return out
+
+
+def _lr_probe(r: Results) -> dict[str, str]:
+    """benchmarks/results/smollm2-lr.json: held-out accuracy after steps 5 and 10 per rate
+    (h{rate}_5, h{rate}_10, the rate as 2e-5 -> 2e5), and GRPO seed 2's after its 30th step."""
+    out = {}
+    for rate, res in r.json("benchmarks/results/smollm2-lr.json")["results"].items():
+        for step, acc in res["heldout"]:
+            out[f"h{rate.replace('-', '')}_{step}"] = pct(acc)
+    held = r.column("studies/smollm2/cells/grpo-2/train.csv", "heldout/accuracy")
+    out["h30"] = pct(held[-1])
     return out
 
 
@@ -806,9 +833,32 @@ PASSAGES: list[Passage] = [
     ),
     Passage(
         "docs/scale.md",
-        "It reaches {f_share} (float32) and {b_share} (bf16) of the matmul rate",
+        "Generation with both options is {speedup}x the default's. It reaches {f_share} (float32) "
+        "and {b_share} (bf16) of the matmul rate at the decoding shape (64 x 576 x 1536), short of "
+        "the half it should reach: bf16 makes that matmul {mm_x}x faster than float32's,",
         _cpu_dtype,
         "benchmarks/results/cpu-dtype-smollm2.json",
+    ),
+    Passage(
+        "docs/scale.md",
+        "`python -m benchmarks.cpu_dtype --temperature 0.2`): {t_ent} s recording log-probs and "
+        "entropies (the trainer's own sampling), {t_logp} s the log-probs alone (the merged copy "
+        "of `hf_merged`, whose entropies the trainer recomputes) and {t_none} s nothing "
+        "(evaluation), "
+        "at most {t_share} of the decoding matmul's rate. The with_format cells sampled this way; "
+        "seeds 1 and 2, alone on the machine, trained at {wf_step} s a step (held-out evaluations "
+        "included) against {g0_step} s for GRPO's seed 0 before the change (alone, and without "
+        "held-out evaluations).",
+        _cpu_dtype,
+        "benchmarks/results/cpu-dtype-smollm2-t02.json, studies/smollm2/cells/",
+    ),
+    Passage(
+        "docs/scale.md",
+        "2e-5 (the study's) {h2e5_5}% and {h2e5_10}%; 5e-5 {h5e5_5}% and {h5e5_10}%; 1e-4 "
+        "{h1e4_5}% and {h1e4_10}%; 2e-4 {h2e4_5}% and {h2e4_10}%. At 1e-4 ten steps reach more "
+        "than the study's thirty at 2e-5 ({h30}% after step 30).",
+        _lr_probe,
+        "benchmarks/results/smollm2-lr.json",
     ),
     Passage(
         "docs/scale.md",

@@ -302,6 +302,13 @@ def test_the_learning_rate_probe_reads_the_cells_rate_and_trains_another(study_r
     assert [s for s, _ in trained["heldout"]] == [2]  # after the last step
     assert not any((repo / "studies/tiny/.work").glob("lr-*"))
     assert "| 3e-3 |" in out.read_text() and "this probe" in out.read_text()
+    # --extend keeps what the file holds: nothing trains again
+    sh(repo, "env", f"PYTHONPATH={ROOT}", *probe, "--extend")
+    # the same results, the trained rate's wall time included: it was not trained again
+    assert json.loads(out.with_suffix(".json").read_text())["results"] == result
+    other = [*probe[:6], "--seed", "1", *probe[8:], "--extend"]
+    refused = sh(repo, "env", f"PYTHONPATH={ROOT}", *other, check=False)
+    assert refused.returncode and "not this cell: --extend refused" in refused.stderr
 
 
 def test_the_learning_rate_probe_halves_the_steps_by_hand():
