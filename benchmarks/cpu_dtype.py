@@ -198,7 +198,7 @@ def table(out: dict) -> str:
         f"`python -m benchmarks.cpu_dtype{flag}` (benchmarks/cpu_dtype.py says what each row "
         "measures): "
         f"{out['batch']} rows x {out['new_tokens']} new tokens at T = "
-        f"{out.get('temperature', 1.0)}, micro-batch {out['micro']}.",
+        f"{temperature}, micro-batch {out['micro']}.",
         "",
         "| measure | float32 | bfloat16 |",
         "|---|---|---|",

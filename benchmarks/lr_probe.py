@@ -7,9 +7,10 @@ coming apart, measured on one seed before a study spends its hours on it.
 Each rate trains the cell's own params (`grpo_core.studies.spec.cell_params`: the study's
 params, the variant's and the seed's) with `train.lr` and `train.steps` replaced, in a scratch
 workspace beside the study's cells (studies/<name>/.work/lr-<rate>-<seed>/, removed after).
-A rate the cell itself was trained at is read from the cell's step metrics instead
-(studies/<name>/cells/<variant>-<seed>/train.csv, its first `--steps` steps: the warm-up and
-constant rate after it make a short run the start of the long one), unless `--retrain`.
+A rate the cell itself was trained at (its run.json says which) is read from the cell's step
+metrics instead (studies/<name>/cells/<variant>-<seed>/train.csv, its first `--steps` steps:
+the warm-up and constant rate after it make a short run the start of the long one), unless
+`--retrain`.
 With `--extend`, the rates the `--out` file already holds (an earlier run on the same cell
 and steps) are kept, and only the new ones train.
 
@@ -78,9 +79,13 @@ def summarize(steps_csv: str, steps: int) -> dict:
 def probe(study_dir: Path, variant: str, seed: int, steps: int, lr: float, retrain: bool):
     study = load_study(study_dir)
     params = cell_params(read_yaml(ROOT / "params.yaml"), study, variant, seed, str(study_dir))
-    kept = study_dir / "cells" / f"{cell_key(variant, seed)}/train.csv"
-    if not retrain and math.isclose(params["train"]["lr"], lr) and kept.exists():
-        return summarize(kept.read_text(), steps) | {"source": str(kept), "wall_s": None}
+    cell = study_dir / "cells" / cell_key(variant, seed)
+    if not retrain and (cell / "run.json").exists():
+        # the rate the cell was trained at, as it recorded it (not what the params say now)
+        trained = json.loads((cell / "run.json").read_text())["resolved"]["train"]["lr"]
+        if math.isclose(trained, lr):
+            kept = cell / "train.csv"
+            return summarize(kept.read_text(), steps) | {"source": str(kept), "wall_s": None}
     params["train"] |= {"lr": lr, "steps": steps, "checkpoint_every": steps}
     ws = cells.workspace(
         study_dir, f"lr-{lr:g}-{seed}", params, cells.inputs(ROOT, study_dir, study, "cell")

@@ -28,7 +28,7 @@ def test_inverse_cdf_draws_the_token_whose_interval_holds_u(u, token):
 
 def test_a_token_of_probability_zero_is_never_drawn_even_at_the_ends():
     """u = 0 skips a leading zero; u * total rounding up to the total (u = 1.0 here) gives the
-    last token of non-zero probability, not the zero-probability token after it."""
+    last token whose interval is not empty, not the zero-probability token after it."""
     probs = torch.tensor([[0.0, 0.3, 0.7], [0.5, 0.5, 0.0], [0.0, 1.0, 0.0]])
     assert inverse_cdf_draw(probs, torch.tensor([0.0, 1.0, 1.0])).tolist() == [1, 1, 1]
     assert inverse_cdf_draw(probs, torch.tensor([0.0, 0.0, 0.0])).tolist() == [1, 0, 1]
@@ -37,11 +37,22 @@ def test_a_token_of_probability_zero_is_never_drawn_even_at_the_ends():
 def test_only_rows_past_the_end_are_sent_back_to_their_last_non_zero_token():
     """Rows of one batch: u inside the total keeps its interval's token (zero-probability
     tails never reached), u * total rounded up to the total (u = 1) falls back to the last
-    token of non-zero probability of its own row, whichever other rows do."""
+    token of non-zero probability of its own row, whichever other rows do; and a whole
+    random batch draws what the reference (a search, then the last non-zero token for rows
+    past the end) draws."""
     probs = torch.tensor([[0.2, 0.8, 0.0, 0.0], [0.5, 0.0, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]])
     u = torch.tensor([1.0, 0.4, 1.0], dtype=torch.float64)
     assert inverse_cdf_draw(probs, u).tolist() == [1, 0, 3]
     assert inverse_cdf_draw(probs, torch.tensor([0.9, 0.99, 0.5])).tolist() == [1, 2, 2]
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(64, 500) * 4, -1)
+    probs[:, 400:] = 0.0  # a zero tail, as a masked vocabulary
+    u = torch.rand(64, dtype=torch.float64)
+    u[:8] = 1.0
+    cdf = probs.double().cumsum(-1)
+    ref = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)
+    last = 499 - (probs.flip(1) > 0).int().argmax(dim=1)
+    assert torch.equal(inverse_cdf_draw(probs, u), torch.minimum(ref, last))
 
 
 def test_inverse_cdf_samples_the_softmax_distribution():
