@@ -202,7 +202,7 @@ def inverse_cdf_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # cumulative reaches the total: its interval is not empty, so its probability is not 0.
     # Any index inside the vocabulary is at most that one (cdf[index] > target), so the
     # minimum changes nothing else, and costs one search a row, with no host sync on a GPU.
-    full = torch.searchsorted(cdf, cdf[:, -1:], right=False).squeeze(1)
+    full = torch.searchsorted(cdf, cdf[:, -1:].contiguous(), right=False).squeeze(1)
     return torch.minimum(index, full)
 
 
