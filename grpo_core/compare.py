@@ -222,6 +222,7 @@ def build(rows: list[Record], baseline: Record, metric: str = "accuracy") -> Tab
     labels: dict[int, str] = {}
     footnotes: list[str] = []
     names = [_name(r, rows) for r in rows]
+    apart: set[int] = set()  # rows on another base or eval set than the baseline: no Δ
     for row, name in zip(rows, names, strict=True):
         label = ("* " if row is baseline else "") + name
         if names.count(name) > 1:  # one experiment name on two commits
@@ -229,6 +230,10 @@ def build(rows: list[Record], baseline: Record, metric: str = "accuracy") -> Tab
         if row.eval is None:
             why = f" ({row.note})" if row.note else ""
             footnotes.append(f"{row.label}: {MISSING}, no {EVAL}{why}")
+            label += f" [{len(footnotes)}]"
+        elif row is not baseline and (why := other_inputs(row, baseline)):
+            apart.add(id(row))
+            footnotes.append(f"{row.label}: no Δ, {why}")
             label += f" [{len(footnotes)}]"
         labels[id(row)] = label
 
@@ -249,6 +254,9 @@ def build(rows: list[Record], baseline: Record, metric: str = "accuracy") -> Tab
             x = _value(evaluation, model, source, key)
             col.values[label] = pct(x)
             col.deltas[label] = "" if label == labels[id(baseline)] else delta(x, ref)
+        for row in rows:
+            if id(row) in apart:
+                col.deltas[labels[id(row)]] = ""
         columns.append(col)
     columns += _cost(rows, labels)
 
@@ -268,8 +276,33 @@ def build(rows: list[Record], baseline: Record, metric: str = "accuracy") -> Tab
             for key in changed_params(rows)
         },
         footnotes=footnotes,
-        notes=_notes(rows, baseline, sources, per_level),
+        notes=_notes(rows, baseline, sources, per_level, apart),
     )
+
+
+PROVENANCE = {"base": "base model (models/base)", "eval_set": "eval set"}
+
+
+def provenance(row: Record) -> dict | None:
+    """`provenance` of the row's metrics/eval.json (content hashes of the base model, the
+    policy and the eval set); None for a run evaluated before it was recorded."""
+    found = (row.eval or {}).get("provenance")
+    return found if isinstance(found, dict) else None
+
+
+def other_inputs(row: Record, baseline: Record) -> str | None:
+    """Why `row` cannot be compared with `baseline` (another base model or eval set, by their
+    recorded hashes), None if it can or if either run predates the record."""
+    mine, theirs = provenance(row), provenance(baseline)
+    if mine is None or theirs is None:
+        return None
+    mine, theirs = ({k: p.get(k) for k in PROVENANCE} for p in (mine, theirs))
+    what = [
+        f"another {PROVENANCE[k]} ({mine[k]}, the baseline's {theirs[k]})"
+        for k in PROVENANCE
+        if mine[k] != theirs[k]
+    ]
+    return f"trained or evaluated on {' and '.join(what)}" if what else None
 
 
 def _name(row: Record, rows: list[Record]) -> str:
@@ -331,16 +364,32 @@ def _cost(rows: list[Record], labels: dict[int, str]) -> list[Column]:
     return out
 
 
-def _notes(rows: list[Record], baseline: Record, sources: list[str], per_level: bool) -> list[str]:
+def _notes(rows: list[Record], baseline: Record, sources: list[str], per_level: bool,
+           apart: set[int] = frozenset()) -> list[str]:  # fmt: skip
     notes = []
-    first = next((r for r in rows if r.eval), None)  # the baseline when it has an eval
-    other = [
-        r.label for r in rows if r.eval and first and r.eval.get("base") != first.eval.get("base")
-    ]
-    if first and other:
+    if apart:
+        names = ", ".join(r.label for r in rows if id(r) in apart)
         notes.append(
-            f"The base model's accuracy differs in {', '.join(other)} (a model, data or eval "
-            f"param changed): '{BASE}' is {first.label}'s."
+            f"{names}: not compared with {baseline.label}, which ran from another base model or "
+            "eval set: a difference would mix the base with the variant (docs/pipeline.md#the-"
+            "same-run-on-every-machine). Make a baseline on this base, `dvc exp run --temp -n "
+            "grpo`, and compare against it: `python -m stages.compare --baseline grpo`."
+        )
+    first = next((r for r in rows if r.eval), None)  # the baseline when it has an eval
+    base = (first.eval or {}).get("base") if first else None
+    other = [r for r in rows if r.eval and id(r) not in apart and r.eval.get("base") != base]
+    if first and other:
+        known = all(provenance(r) is not None for r in [first, *other])
+        other = [r.label for r in other]
+        why = (
+            "the same base model and eval set by their hashes: an eval param changed"
+            if known
+            else "another base model (a model or data param, or another machine: the tiny "
+            "base is rebuilt by each), or an eval param"
+        )
+        notes.append(
+            f"The base model's accuracy differs in {', '.join(other)} ({why}): '{BASE}' is "
+            f"{first.label}'s."
         )
     for row in rows:
         warnings = (row.train or {}).get("warnings")

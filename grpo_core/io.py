@@ -6,6 +6,7 @@ previous version (if any) stays intact until the new one is complete.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -66,3 +67,31 @@ def read_stage_output(path: str, columns: list[str], stage: str) -> pa.Table:
     except (pa.ArrowInvalid, OSError) as exc:
         reason = " ".join(str(exc).split())
         raise InputError(f"{path}: not a readable Parquet file ({reason}); {restore}") from None
+
+
+def digest(path: str | Path) -> str:
+    """A short content hash of a file or a directory (its files' relative paths and bytes, in
+    sorted order; hidden files left out): what a run records of the base model and the eval
+    set it used, so that two runs are compared only on the same ones. 16 hex digits of
+    SHA-256."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: not found")
+    files = (
+        [path]
+        if path.is_file()
+        else sorted(
+            p
+            for p in path.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
+    )
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(path).as_posix().encode() if f != path else b"")
+        h.update(b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\1")
+    return h.hexdigest()[:16]

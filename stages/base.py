@@ -60,23 +60,23 @@ def base(params: BaseStage) -> None:
     # The guided template's wording too, even with no guided SFT example: `guide` and OC-GRPO
     # prompt the base with hints.
     tokenizer = build_char_tokenizer(prompts + targets + guide_wording(prompts))
-    model = build_tiny_model(tokenizer, cfg.tiny, params.seed)
+    model = build_tiny_model(tokenizer, cfg.tiny, params.base_seed)
     n = sum(p.numel() for p in model.parameters())
     log.info("tiny model: %d parameters, vocabulary %d", n, len(tokenizer))
     probe, sft_rows = None, np.arange(len(prompts))
     if cfg.sft.stop is not None:
-        held = hold_out_probe(levels, cfg.sft.stop, params.seed)
+        held = hold_out_probe(levels, cfg.sft.stop, params.base_seed)
         probe = Probe(
             [prompts[i] for i in held],
             [train["answer"][i] for i in held],
             [train["domain"][i] for i in held],
             cfg.sft.stop,
-            params.seed,
+            params.base_seed,
             params.reward.code,
         )
         sft_rows = np.setdiff1d(sft_rows, held)
     sft_targets = drop_answer_lines(
-        [targets[i] for i in sft_rows], cfg.sft.answer_line_dropout, params.seed
+        [targets[i] for i in sft_rows], cfg.sft.answer_line_dropout, params.base_seed
     )
     result = warm_start(
         model,
@@ -85,7 +85,7 @@ def base(params: BaseStage) -> None:
         sft_targets,
         levels[sft_rows],
         cfg.sft,
-        params.seed,
+        params.base_seed,
         probe,
     )
     if result.reached is False:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from grpo_core.config.core import P, parse_params, read_yaml
+from grpo_core.config.runtime import settings
 from grpo_core.errors import InputError, Interrupted
 
 log = logging.getLogger("grpo_lab")
@@ -67,6 +68,7 @@ def main(stage: Callable[[P], None], view: type[P]) -> None:
     name = stage.__name__
     try:
         params = load_stage_params(view)
+        torch.set_num_threads(settings()[1])  # as stages/__init__.py set OMP_NUM_THREADS
         torch.manual_seed(getattr(params, "seed", 0))
         stage(params)
     except (InputError, FileNotFoundError) as exc:

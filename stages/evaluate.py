@@ -12,16 +12,30 @@ import pyarrow as pa
 from grpo_core.analysis.evaluation import format_table, sample_model, summarize
 from grpo_core.config.eval import EvaluateStage
 from grpo_core.data.schema import read_problems
-from grpo_core.io import atomic_path, write_json, write_parquet
+from grpo_core.io import atomic_path, digest, write_json, write_parquet
 from grpo_core.models.loading import require_model
 from stages.common import main
 
 MODELS = {"base": "models/base", "policy": "models/policy"}
+EVAL_SET = "data/prepared/eval.parquet"
+
+
+def provenance() -> dict[str, str]:
+    """What this evaluation ran on, by content (`grpo_core.io.digest`): the base model, the
+    policy and the eval set. Two runs' accuracies are comparable only on the same `base` and
+    `eval_set`: the tiny base is rebuilt by every machine that runs `base`, and it moves
+    between machines (`stages.compare` reads these; `dvc metrics diff` prints them when they
+    differ)."""
+    return {
+        "base": digest(MODELS["base"]),
+        "policy": digest(MODELS["policy"]),
+        "eval_set": digest(EVAL_SET),
+    }
 
 
 def evaluate(params: EvaluateStage) -> None:
     cfg = params.eval
-    problems = read_problems("data/prepared/eval.parquet").to_pylist()
+    problems = read_problems(EVAL_SET).to_pylist()
     for path in MODELS.values():
         require_model(path)  # both before sampling either
     samples: list[dict] = []
@@ -43,7 +57,7 @@ def evaluate(params: EvaluateStage) -> None:
                     writer.writerow([source, level, m, round(metrics[m][source][key], 4)])
     with atomic_path("metrics/eval_by_level.csv") as tmp:
         tmp.write_text(buf.getvalue())
-    write_json(metrics, "metrics/eval.json")
+    write_json({**metrics, "provenance": provenance()}, "metrics/eval.json")
     write_parquet(pa.Table.from_pylist(samples), "data/eval_samples.parquet")
     print(format_table(metrics))
 

@@ -1,7 +1,6 @@
 """The stages of a study (studies/<name>/dvc.yaml; docs/studies.md). Each runs pipeline stages
 in a scratch workspace, studies/<name>/.work/<stage>/, that links the main pipeline's data and
-base model and holds the merged params.yaml (grpo_core.studies.cells), then keeps only small
-results.
+base model and holds the merged params.yaml (grpo_core.studies.cells): small results.
 
     python -m stages.study_cell upstream STUDY_DIR        # profile + guide under the study's params
     python -m stages.study_cell base STUDY_DIR SEED       # the base model, eval seed SEED
@@ -12,13 +11,12 @@ results.
   first, and STUDY_DIR/upstream/ holds data/prepared/ and models/base/ too;
 - base -> STUDY_DIR/base/SEED/ (questions.parquet, eval.json) and STUDY_DIR/base/SEED.json;
 - cell -> STUDY_DIR/cells/VARIANT-SEED/ (questions.parquet: per-question avg@k and greedy;
-  train.csv: the step metrics; dynamics/*.csv; run.json: the resolved train params and
-  last-step metrics) and STUDY_DIR/cells/VARIANT-SEED.json (the cell's summary, a DVC metrics
-  file: accuracy by level, rollouts, steps, wall time, dynamics summary).
+  train.csv: the step metrics; dynamics/*.csv; run.json: every resolved param, the git state,
+  the base and eval set's hashes, last-step metrics) and STUDY_DIR/cells/VARIANT-SEED.json
+  (its summary, a DVC metrics file: accuracy by level, rollouts, steps, wall time, dynamics).
 
-Results are kilobytes and live in git (`cache: false`). A killed cell keeps its workspace:
-rerun, its train stage resumes from the last checkpoint.
-"""
+Results are kilobytes, in git (`cache: false`). A killed cell keeps its workspace: rerun, its
+train stage resumes. A study's own `numerics` param holds (config.runtime.restart_under)."""
 
 from __future__ import annotations
 
@@ -29,6 +27,7 @@ import time
 from pathlib import Path
 
 from grpo_core.config.core import read_yaml
+from grpo_core.config.runtime import restart_under
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.studies import cells
@@ -105,6 +104,7 @@ def cli(argv: list[str]) -> None:
         raise SystemExit(__doc__)
     try:
         study_dir = Path(argv[1])
+        restart_under(load_study(study_dir).params.get("numerics"), "stages.study_cell", argv)
         if argv[0] == "cell":
             cell(study_dir, argv[2], int(argv[3]))
         elif argv[0] == "base":

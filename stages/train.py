@@ -18,7 +18,7 @@ import pyarrow as pa
 import torch
 
 from grpo_core.config.train import TrainStage
-from grpo_core.io import atomic_path, write_json, write_parquet
+from grpo_core.io import atomic_path, digest, write_json, write_parquet
 from grpo_core.models.loading import load_model, uses_chat
 from grpo_core.models.precision import set_dtype
 from grpo_core.training.checkpoints import publish_checkpoints
@@ -77,6 +77,7 @@ def save_policy(params: TrainStage, policy, tokenizer) -> None:
             "train": params.train.model_dump(),
             "reward": params.reward.model_dump(),
             "chat": uses_chat(BASE_MODEL),
+            "base": digest(BASE_MODEL),  # the base it was trained from (grpo_core.io.digest)
         }
         write_json(record, tmp / "grpo_lab.json")
 

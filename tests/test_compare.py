@@ -130,6 +130,54 @@ def test_one_experiment_name_on_two_commits_gets_two_labels():
     assert row(text, "codapo (fffffff)")[:2] == ["56.0", "-1.4"]
 
 
+def with_provenance(rec: Record, base: str, eval_set: str = "e1") -> Record:
+    """`rec` whose metrics/eval.json records the hashes of its base model and eval set."""
+    prov = {"base": base, "policy": rec.label, "eval_set": eval_set}
+    return Record(**{**rec.__dict__, "eval": {**rec.eval, "provenance": prov}})
+
+
+def test_a_run_on_another_base_shows_no_difference_and_says_why_and_what_to_run():
+    """The tiny base is rebuilt per machine: the committed run's base is another machine's,
+    and CoDaPO's difference against it would mix the two bases."""
+    main = with_provenance(BASELINE, "b-developer")
+    here = with_provenance(CODAPO, "b-here")
+    same = with_provenance(DAPO, "b-developer")
+    text = lines(compare.build([main, here, same], main))
+    assert row(text, "codapo [1]") == ["55.1", "95.0", "15.2", "codapo", "7e-05"]  # no Δ
+    assert row(text, "dapo")[:2] == ["58.7", "+1.3"]  # the same base: compared
+    joined = " ".join(text)
+    assert "[1] codapo: no Δ, trained or evaluated on another base model (models/base) " in joined
+    assert "(b-here, the baseline's b-developer)" in joined
+    assert "dvc exp run --temp -n grpo" in joined and "--baseline grpo" in joined
+    assert "a model, data or eval" not in joined
+    # against a baseline on its own base, codapo is compared
+    grpo_here = with_provenance(Record(**{**BASELINE.__dict__, "label": "grpo"}), "b-here")
+    text = lines(compare.build([grpo_here, here], grpo_here))
+    assert row(text, "codapo")[:2] == ["55.1", "-2.3"]
+
+
+def test_another_eval_set_is_named_and_the_same_inputs_blame_an_eval_param():
+    main = with_provenance(BASELINE, "b")
+    other_set = with_provenance(CODAPO, "b", eval_set="e2")
+    text = " ".join(lines(compare.build([main, other_set], main)))
+    assert "another eval set (e2, the baseline's e1)" in text
+    # the same base and eval set, a different base accuracy: the eval params changed
+    resampled = with_provenance(
+        record(
+            "eval-t",
+            params={"eval.samples": 8},
+            eval=evaluation(0.57, 0.9, 0.24, base=(0.5, 0.9, 0.1)),
+        ),
+        "b",
+    )
+    text = " ".join(lines(compare.build([main, resampled], main)))
+    assert "same base model and eval set by their hashes: an eval param changed" in text
+    # runs from before the record: the old message, which names the machine as a cause
+    old = record("old", eval=evaluation(0.57, 0.9, 0.24, base=(0.5, 0.9, 0.1)))
+    text = " ".join(lines(compare.build([BASELINE, old], BASELINE)))
+    assert "another machine" in text
+
+
 def test_a_row_without_eval_shows_a_dash_and_a_footnote():
     queued = record("queued-run", created="2025-01-05", eval=None, note="queued experiment")
     text = lines(compare.build([BASELINE, CODAPO, queued], BASELINE))

@@ -128,3 +128,18 @@ def test_the_code_deps_are_brought_up_to_date_in_place(tmp_path):
     code = [d for d in after["deps"] if d.startswith("grpo_core/")]
     assert code == sorted(code)
     assert sync_dvc_yaml(tmp_path / "dvc.yaml") == []  # nothing left to do
+
+
+def test_every_lock_entry_is_a_stage_of_its_pipeline():
+    """dvc.lock keeps an entry for a stage removed from dvc.yaml (a study variant dropped)
+    until someone removes it: an entry no stage owns is a result no code can reproduce."""
+    from dvc.repo import Repo
+
+    stages: dict[str, set[str]] = {}
+    for stage in Repo(str(ROOT)).index.stages:
+        stages.setdefault(stage.path_in_repo, set()).add(stage.name)
+    for dvcfile, names in stages.items():
+        lock = ROOT / Path(dvcfile).with_suffix(".lock")
+        if lock.exists():
+            orphans = set(yaml.safe_load(lock.read_text())["stages"]) - names
+            assert not orphans, f"{lock.relative_to(ROOT)}: entries of no stage: {sorted(orphans)}"

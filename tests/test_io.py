@@ -47,3 +47,25 @@ def test_read_problems_checks_the_schema(tmp_path):
         read_problems(bad)
     with pytest.raises(FileNotFoundError, match="nope.parquet: not found"):
         read_problems(tmp_path / "nope.parquet")
+
+
+def test_digest_of_a_file_and_of_a_directory(tmp_path):
+    import hashlib
+
+    from grpo_core.io import digest
+
+    f = tmp_path / "eval.parquet"
+    f.write_bytes(b"abc")
+    assert digest(f) == hashlib.sha256(b"\0abc\1").hexdigest()[:16]
+    model = tmp_path / "base"
+    (model / "sub").mkdir(parents=True)
+    (model / "sub" / "b.json").write_bytes(b"2")
+    (model / "a.bin").write_bytes(b"1")
+    expected = hashlib.sha256(b"a.bin\x001\x01sub/b.json\x002\x01").hexdigest()[:16]
+    assert digest(model) == expected
+    (model / ".cache").write_bytes(b"not the model's")  # hidden files are left out
+    assert digest(model) == expected
+    (model / "a.bin").write_bytes(b"3")  # one byte of the weights: another model
+    assert digest(model) != expected
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        digest(tmp_path / "nowhere")

@@ -513,3 +513,59 @@ def test_a_key_no_stage_reads_is_checked_before_any_stage_runs(repo):
     assert (repo / "data/params.ok").read_text() == STAMP
     sh(repo, "git", "checkout", "params.yaml")
     sh(repo, "dvc", "checkout", "--force")
+
+
+def test_the_readme_experiments_each_start_from_the_committed_params(tmp_path):
+    """README's `dvc exp run` lines, in order: each experiment holds the committed params and
+    its own -S overrides, nothing of the one before (issue 39: `-S train.lr=1e-4` after
+    `-S algo=codapo` trained CoDaPO); the workspace keeps the committed params; a failed
+    experiment leaves the workspace as it was; and `stages.compare` against the baseline
+    experiment compares runs on one base."""
+    from tests.test_doc_commands import commands
+
+    repo = make_repo(tmp_path / "readme")
+    sh(repo, "dvc", "repro")
+    sh(repo, "git", "add", "-A")
+    sh(repo, "git", "commit", "-qm", "the committed run")
+    committed = yaml.safe_load((repo / "params.yaml").read_text())
+    runs = [
+        c.argv
+        for c in commands("README.md")
+        if c.argv[:3] == ("dvc", "exp", "run") and "--queue" not in c.argv
+    ]
+    assert runs and all("--temp" in argv for argv in runs), runs
+    expected: dict[str, dict] = {}
+    for argv in runs:
+        sh(repo, *argv)
+        name = argv[argv.index("-n") + 1]
+        sets = [argv[i + 1] for i, a in enumerate(argv) if a == "-S"]
+        expected[name] = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in sets)}
+        assert yaml.safe_load((repo / "params.yaml").read_text()) == committed, argv
+    assert "grpo" in expected and expected["lr-1e-4"] == {"train.lr": 1e-4}
+    shown = json.loads(sh(repo, "dvc", "exp", "show", "--json").stdout)
+    params = {
+        exp["name"]: exp["revs"][0]["data"]["params"]["params.yaml"]["data"]
+        for entry in shown
+        for exp in entry.get("experiments") or []
+    }
+    for name, overrides in expected.items():
+        flat = {}
+        for key in ("algo", "train.lr", "train.group_size"):
+            node = params[name]
+            for part in key.split("."):
+                node = node[part]
+            flat[key] = node
+        want = {"algo": committed["algo"], "train.lr": committed["train"]["lr"]}
+        want["train.group_size"] = committed["train"]["group_size"]
+        assert flat == {**want, **overrides}, name
+
+    done = sh(
+        repo, "dvc", "exp", "run", "--temp", "-n", "bad", "-S", "train.group_size=-4", check=False
+    )
+    assert done.returncode != 0 and "train.group_size" in done.stdout + done.stderr
+    assert sh(repo, "git", "status", "--porcelain").stdout == ""  # nothing rewritten
+    assert (repo / "data/params.ok").exists()
+
+    table = sh(repo, sys.executable, "-m", "stages.compare", "--baseline", "grpo").stdout
+    codapo = next(line for line in table.splitlines() if line.startswith("codapo"))
+    assert "no Δ" not in table and "[" not in codapo.split()[0], table

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -262,6 +263,19 @@ def test_a_study_runs_its_cells_through_dvc_and_reports(study_repo):
         assert (cells / key / "questions.parquet").exists() and (cells / key / "train.csv").exists()
         assert (cells / key / "dynamics/confidence.csv").exists()
     assert not (repo / "studies/tiny/.work/short-0").exists()  # the workspace is gone
+    # what the cell records of how it was made: every resolved param, the code's commit and
+    # the base model and eval set it ran on, by content
+    run = json.loads((cells / "long-0/run.json").read_text())
+    head = sh(repo, "git", "rev-parse", "HEAD").stdout.strip()
+    assert run["git"] == {"commit": head, "changed": []}
+    assert run["params"]["train"]["steps"] == 2 and run["params"]["numerics"] == "portable"
+    assert run["params"]["eval"]["max_new_tokens"] > 0  # a default filled in, not only overrides
+    from grpo_core.io import digest
+
+    assert run["provenance"] == {
+        "base": digest(repo / "models/base"),
+        "eval_set": digest(repo / "data/prepared/eval.parquet"),
+    }
     shown = sh(repo, "dvc", "metrics", "show").stdout
     assert "studies/tiny/cells/short-0.json" in shown and "studies/tiny/cells/long-0.json" in shown
     report = (repo / "reports/tiny.md").read_text()
@@ -275,6 +289,49 @@ def test_a_study_runs_its_cells_through_dvc_and_reports(study_repo):
     sh(repo, "git", "commit", "-qm", "study seed 0")
     again = sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml")
     assert _ran(again) == set()
+
+
+@pipeline
+def test_a_cell_is_reproduced_before_its_lock_is_recorded(study_repo):
+    """`stages.study_reproduce` re-runs a committed cell from HEAD's code in a worktree: the
+    same bits pass; a committed number no code produced fails, names the file and the
+    difference, and records no lock; a cell whose inputs moved is refused, not re-run."""
+    repo = study_repo
+    if not (repo / "studies/tiny/cells/short-0.json").exists():
+        sh(repo, "dvc", "repro", "studies/tiny/dvc.yaml")
+        sh(repo, "git", "add", "-A")
+        sh(repo, "git", "commit", "-qm", "study seed 0")
+    cmd = [sys.executable, "-m", "stages.study_reproduce", "studies/tiny", "short-0"]
+    done = sh(repo, *cmd)
+    assert "studies/tiny/dvc.yaml:cell@short-0: reproduced:" in done.stdout
+    assert "largest difference" not in done.stdout  # bit for bit, wall time aside
+    assert "reproduce" not in sh(repo, "git", "worktree", "list").stdout  # cleaned up
+
+    summary = repo / "studies/tiny/cells/short-0.json"
+    original = summary.read_text()
+    forged = json.loads(original)
+    forged["accuracy"] += 0.01
+    summary.write_text(json.dumps(forged))
+    sh(repo, "git", "commit", "-qam", "a number no code produced")
+    lock = (repo / "studies/tiny/dvc.lock").read_text()
+    done = sh(repo, *cmd, "--commit", check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "NOT reproduced" in done.stdout
+    assert "FAIL studies/tiny/cells/short-0.json: 0.01 at accuracy" in done.stdout
+    assert "no lock recorded" in done.stderr
+    assert (repo / "studies/tiny/dvc.lock").read_text() == lock
+    summary.write_text(original)
+    sh(repo, "git", "commit", "-qam", "back")
+
+    weights = repo / "models/base/grpo_lab.json"
+    saved = weights.read_text()
+    weights.write_text(saved.replace("{", '{"edited": 1, ', 1))  # another base
+    try:
+        done = sh(repo, *cmd, check=False)
+        assert done.returncode == 2
+        assert "not the ones it was made from: models/base (modified)" in done.stderr
+    finally:
+        weights.write_text(saved)
 
 
 @pipeline

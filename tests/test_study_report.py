@@ -444,3 +444,44 @@ def test_per_seed_rows_give_the_paired_se_over_questions(tmp_path):
         "45.0 (+20.0, se 4.1)",
     ] in rows
     assert ["base", "0", "40.0", "10.0", "25.0"] in rows
+
+
+def test_two_arms_whose_params_differ_beyond_their_variants_are_not_compared(tmp_path):
+    """Issue 39: SmolLM2's grpo-0 ran without held-out evaluation, with_format-0 with it. A
+    check compares two arms only where their cells' recorded params differ by what the
+    variants set; otherwise it is not testable here and names the param and both values."""
+    from grpo_core.studies.results import config_difference
+
+    study_dir = make_study(tmp_path)
+
+    def record(variant: str, seed: int, **train) -> None:
+        params = {"algo": "grpo" if variant == "grpo" else "codapo", "seed": 0,
+                  "train": {"lr": 7e-5, "heldout": {"every": 5}, **train}}  # fmt: skip
+        run = {"params": params, "resolved": {"algo": params["algo"]}}
+        (study_dir / "cells" / f"{variant}-{seed}" / "run.json").write_text(json.dumps(run))
+
+    for seed in (0, 1, 2):
+        record("grpo", seed)
+        record("new", seed)
+    results = load_results(study_dir)
+    assert config_difference(results, "new", "grpo") is None  # algo: the variants set it
+    record("grpo", 1, heldout={"every": 0})
+    why = config_difference(load_results(study_dir), "new", "grpo")
+    assert why == (
+        "not compared: new-1 and grpo-1 ran with train.heldout.every = 5 and 0, which neither "
+        "variant sets (re-run the older cell)"
+    )
+    write_report(study_dir, tmp_path / "reports")
+    summary = json.loads((tmp_path / "reports" / "demo" / "summary.json").read_text())
+    check = summary["claims"][0]["checks"][0]
+    assert summary["claims"][0]["verdict"] == "not testable here"
+    assert check["outcome"] == "not testable here" and "train.heldout.every" in check["note"]
+    # a cell from before params were recorded: its resolved train params, the same preset
+    (study_dir / "cells" / "new-0" / "run.json").write_text(
+        json.dumps({"resolved": {"algo": "codapo", "train": {"lr": 1e-4}}})
+    )
+    (study_dir / "cells" / "grpo-0" / "run.json").write_text(
+        json.dumps({"resolved": {"algo": "grpo", "train": {"lr": 7e-5}}})
+    )
+    record("grpo", 1)
+    assert config_difference(load_results(study_dir), "new", "grpo") is None  # two presets

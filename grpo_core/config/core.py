@@ -32,6 +32,8 @@ SECTIONS = (
     "eval",
     "reward",
     "launch",
+    "numerics",
+    "threads",
 )
 
 PositiveInt = Annotated[int, Field(gt=0)]

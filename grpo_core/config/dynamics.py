@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from grpo_core.config.core import PositiveFloat, PositiveInt, Section, StageParams
+from grpo_core.config.runtime import Numerics
 
 
 class DynamicsParams(Section):
@@ -37,4 +38,5 @@ class DynamicsParams(Section):
 class DynamicsStage(StageParams):
     """What `dynamics` reads: no seed (its randomized SVD seeds itself)."""
 
+    numerics: Numerics = "portable"
     dynamics: DynamicsParams = DynamicsParams()

@@ -6,6 +6,7 @@ from pydantic import Field
 
 from grpo_core.config.code_reward import ScoringRewardView
 from grpo_core.config.core import Fractions, Seed, StageParams
+from grpo_core.config.runtime import Numerics
 from grpo_core.config.sampling import SamplingParams
 
 
@@ -25,6 +26,7 @@ class GuideParams(SamplingParams):
 class GuideStage(StageParams):
     """What `guide` reads."""
 
+    numerics: Numerics = "portable"
     seed: Seed = 0
     guide: GuideParams = GuideParams()
     reward: ScoringRewardView = ScoringRewardView()

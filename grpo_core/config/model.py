@@ -18,6 +18,7 @@ from grpo_core.config.core import (
     StageParams,
     TinyLevel,
 )
+from grpo_core.config.runtime import Numerics
 
 
 class TinyModelParams(Section):
@@ -138,6 +139,13 @@ class ModelParams(Section):
         "(e.g. Qwen/Qwen2.5-Math-1.5B) or a local model directory.",
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    seed: Seed | None = Field(
+        None,
+        description="The tiny base's own seed (its initialisation, SFT's batches and hints, "
+        "the calibration probe); null: the top-level `seed`. A study varies it beside "
+        "`train.seed` so that its interval covers the base as well as the RL run "
+        "(docs/studies.md).",
+    )
     chat: bool = Field(
         False,
         description="Wrap every prompt in the tokenizer's chat template as one user message "
@@ -150,6 +158,12 @@ class ModelParams(Section):
 class BaseStage(StageParams):
     """What `base` reads (`reward.code`: how the calibration probe checks code)."""
 
+    numerics: Numerics = "portable"
     seed: Seed = 0
     model: ModelParams = ModelParams()
     reward: CodeRewardView = CodeRewardView()
+
+    @property
+    def base_seed(self) -> int:
+        """The base's seed: `model.seed`, or the top-level `seed` when it is null."""
+        return self.seed if self.model.seed is None else self.model.seed

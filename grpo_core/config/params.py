@@ -15,6 +15,7 @@ from grpo_core.config.launch import Launch
 from grpo_core.config.model import ModelParams
 from grpo_core.config.profile import ProfileParams
 from grpo_core.config.reward import RewardParams
+from grpo_core.config.runtime import Numerics, Threads
 from grpo_core.config.train import Algo, TrainChecks, TrainParams
 
 
@@ -32,6 +33,8 @@ class Params(TrainChecks):
     eval: EvalParams = EvalParams()
     reward: RewardParams = RewardParams()
     launch: Launch = "cpu"
+    numerics: Numerics = "portable"
+    threads: Threads = 2
 
 
 def parse_params(raw: object, source: str = "params.yaml") -> Params:

@@ -20,6 +20,7 @@ from grpo_core.config.core import (
 )
 from grpo_core.config.launch import Launch
 from grpo_core.config.reward import RewardParams
+from grpo_core.config.runtime import Numerics
 from grpo_core.config.selection import TrainSelection
 
 
@@ -415,6 +416,7 @@ class TrainChecks(StageParams):
 class TrainStage(TrainChecks):
     """What `train` reads."""
 
+    numerics: Numerics = "portable"
     seed: Seed = 0
     algo: Algo = "grpo"
     train: TrainParams = TrainParams()

@@ -24,7 +24,7 @@ from grpo_core.config.eval import EvaluateStage
 from grpo_core.config.params import Params
 from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
-from grpo_core.io import atomic_path, write_json, write_parquet
+from grpo_core.io import atomic_path, digest, write_json, write_parquet
 from grpo_core.rewards.shaping import format_reward
 from grpo_core.studies.spec import Study, cell_key
 
@@ -177,6 +177,7 @@ def keep_cell(ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict) -
             "resolved": json.loads((ws / "models/policy/grpo_lab.json").read_text()),
             "last_step": json.loads((ws / "metrics/train/metrics.json").read_text()),
             "eval": metrics,
+            **provenance(ws),
         }
         write_json(run, tmp / "run.json")
     rollouts = column(steps_csv, "num_rollouts")
@@ -189,6 +190,33 @@ def keep_cell(ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict) -
         "steps": len(rollouts),
         "wall_s": {k: round(v, 1) for k, v in wall.items()},
         "dynamics": json.loads((ws / "metrics/dynamics.json").read_text()),
+    }
+
+
+def git_state(root: Path | None = None) -> dict:
+    """The commit the code ran at and the tracked files that differed from it (a cell run from
+    uncommitted code says so): what `stages.study_reproduce` checks a cell against."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    changed = git("status", "--porcelain", "--untracked-files=no").splitlines()
+    return {"commit": git("rev-parse", "HEAD") or None, "changed": [c[3:] for c in changed]}
+
+
+def provenance(ws: Path) -> dict:
+    """What a cell records of how it was made: every param it ran with, resolved (the whole
+    params.yaml of its workspace with the defaults filled in), the git state of the code,
+    and content hashes of its base model and eval set (grpo_core.io.digest)."""
+    raw = yaml.safe_load((ws / "params.yaml").read_text())
+    return {
+        "params": parse_params(raw, Params, str(ws / "params.yaml")).model_dump(mode="json"),
+        "git": git_state(),
+        "provenance": {
+            "base": digest(ws / "models/base"),
+            "eval_set": digest(ws / "data/prepared/eval.parquet"),
+        },
     }
 
 

@@ -60,7 +60,7 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
     train.csv under `root`)."""
     d = f"studies/{name}"
     read = [
-        "seed", "profile", "guide", "train.levels", "train.domains", "reward.code",
+        "numerics", "seed", "profile", "guide", "train.levels", "train.domains", "reward.code",
         "reward.function",
     ]  # fmt: skip
     # in git, like the cells: a teammate's clone has it without the cache it ran in; but for a
@@ -110,7 +110,7 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
             "wdir": "../..",
             "deps": [*code("base"), *inputs["eval"], USER_REWARDS],
             "params": [
-                {"params.yaml": ["eval", "reward.code", "reward.function"]},
+                {"params.yaml": ["numerics", "eval", "reward.code", "reward.function"]},
                 {f"{d}/study.yaml": ["params"]},
             ],
             "outs": [{f"{d}/base/${{item.seed}}": {"cache": False}}],
@@ -122,7 +122,11 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
             "wdir": "../..",
             "deps": [f"{d}/code.md5", "configs/accelerate", USER_REWARDS, *inputs["train"]],
             "params": [
-                {"params.yaml": ["algo", "launch", "train", "reward", "dynamics", "eval"]},
+                {
+                    "params.yaml": [
+                        "numerics", "algo", "launch", "train", "reward", "dynamics", "eval",
+                    ]  # fmt: skip
+                },
                 {f"{d}/study.yaml": ["params", "budget", "variants.${item.variant}"]},
             ],
             "outs": [{f"{d}/cells/${{key}}": {"cache": False}}],

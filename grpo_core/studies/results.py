@@ -145,10 +145,58 @@ def metric_value(summary: dict, key: str) -> tuple[float | None, bool]:
     return (None if value is None else float(value)), False
 
 
+def _run_record(results: Results, variant: str, seed: int) -> dict | None:
+    path = results.directory / "cells" / cell_key(variant, seed) / "run.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _covered(key: str, overrides: set[str]) -> bool:
+    return any(key == o or key.startswith(o + ".") for o in overrides)
+
+
+def config_difference(results: Results, variant: str, baseline: str) -> str | None:
+    """Why two arms cannot be compared: at some seed their cells ran with params that differ
+    beyond what the two variants set (a knob changed between the runs, a cell run before a
+    default moved), named with both values; None when they differ by the variants alone.
+
+    Cells record every resolved param (run.json `params`); a cell from before that record is
+    read from what it does record (`resolved`: the train and reward params after the algo
+    preset), where two arms of different `algo` presets may differ in any train param."""
+    from grpo_core.compare import flatten
+
+    variants = results.study.variants
+    overrides = set(variants.get(variant, {})) | set(variants.get(baseline, {}))
+    for seed in sorted(
+        set(results.summaries.get(variant, {})) & set(results.summaries.get(baseline, {}))
+    ):
+        a, b = _run_record(results, variant, seed), _run_record(results, baseline, seed)
+        if a is None or b is None:
+            continue
+        if "params" in a and "params" in b:
+            fa, fb = flatten(a["params"]), flatten(b["params"])
+            allowed = overrides
+        else:
+            fa, fb = flatten(a.get("resolved", {})), flatten(b.get("resolved", {}))
+            fa.pop("base", None), fb.pop("base", None)
+            presets = fa.get("algo") != fb.get("algo")  # another preset resolves train anew
+            allowed = overrides | ({"train"} if presets else set())
+        for key in sorted(set(fa) | set(fb)):
+            x, y = fa.get(key, "absent"), fb.get(key, "absent")
+            if x != y and not _covered(key, allowed):
+                return (
+                    f"not compared: {cell_key(variant, seed)} and {cell_key(baseline, seed)} ran "
+                    f"with {key} = {x!r} and {y!r}, which neither variant sets (re-run the "
+                    "older cell)"
+                )
+    return None
+
+
 def evaluate_check(results: Results, check: Check) -> CheckResult:
     """A check's interval over seeds, its outcome (stats.check_outcome) and a line of text:
     accuracy differences paired by seed and question, in points; another metric per seed (minus
-    the baseline's at the same seed), printed raw."""
+    the baseline's at the same seed), printed raw. Two arms whose cells ran with params that
+    differ beyond their variants' overrides are not compared (`config_difference`): the check
+    is "not testable here" and says which param differs."""
     subject = check.variant + (f" {MINUS} {check.baseline}" if check.baseline else "")
     if check.metric == "accuracy":
         interval = stats.paired_interval(
@@ -174,6 +222,11 @@ def evaluate_check(results: Results, check: Check) -> CheckResult:
         subject += f" {check.metric}" + (f" (last {MINUS} first)" if change else "")
         value, unit, effect = _raw(interval), "", f"{check.effect:.4g}"
     outcome = stats.check_outcome(interval, check.expect, check.effect)
+    apart = None
+    if check.baseline is not None and check.baseline != BASE:
+        apart = config_difference(results, check.variant, check.baseline)
+        if apart:
+            outcome = stats.Outcome(stats.NOT_TESTABLE, apart)
     if interval.n == 0:
         value, unit = "no data", ""
     claimed = (

@@ -1,0 +1,122 @@
+"""The top-level `numerics` and `threads` params: which CPU kernels torch computes with, and on
+how many threads.
+
+A float32 run's bits depend on the kernels the CPU dispatches to: ATen picks its vector width
+(AVX2 or AVX-512) by CPU, MKL its GEMM branch by CPU and thread count. Training amplifies a
+difference in the last bit into another model: the tiny base built on three machines from the
+same commit scored 39%, 47% and 92% at level 3. `numerics: portable` pins every such choice
+(`PORTABLE_ENV`), so a run gives the same bits on every x86-64 CPU with AVX2, Intel or AMD, at
+any thread count (benchmarks/results/numerics.md); `native` lets each CPU take its fastest
+kernels, and the outputs then differ by CPU and by `threads`.
+
+The settings are environment variables that torch, MKL and oneDNN read when they load, so
+`apply` runs when the `stages` package is imported (stages/__init__.py), before any of them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import Field
+
+Numerics = Annotated[
+    Literal["portable", "native"],
+    Field(
+        description="portable: the kernels every x86-64 CPU with AVX2 runs alike (ATen's AVX2 "
+        "kernels, MKL's vendor-neutral CNR branch in strict mode, oneDNN capped at AVX2), so "
+        "the same commit and params give the same bits on any such CPU and at any `threads`: "
+        "a run made elsewhere is this run (benchmarks/results/numerics.md). native: each "
+        "CPU's fastest kernels (AVX-512, AMX for bfloat16), and outputs that differ by CPU and "
+        "thread count. Every stage that computes with torch reads it.",
+    ),
+]
+Threads = Annotated[
+    int,
+    Field(
+        gt=0,
+        description="torch's intra-op threads in every stage (OMP_NUM_THREADS). Under "
+        "`numerics: portable` the outputs are the same at any count (tested), so it is no "
+        "stage's dependency: set it to the cores the machine can spare; another job on the "
+        "same cores slows a stage several times over (issue 39: 2 threads beside another job "
+        "ran SFT at 553-784 ms a step against 157-174 ms with 1).",
+    ),
+]
+
+# What `portable` sets. MKL's AVX2 branch is Intel-only (on an AMD CPU MKL silently falls back
+# to its CPU-specific branch); COMPATIBLE is the branch both vendors run alike, and STRICT makes
+# its GEMM independent of the thread count.
+PORTABLE_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "COMPATIBLE,STRICT",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def settings(params_file: str | Path = "params.yaml") -> tuple[str, int]:
+    """`numerics` and `threads` as params.yaml sets them (their defaults when it does not, or
+    when the file cannot be read: the stage's own validation then names the problem)."""
+    numerics, threads = "portable", 2
+    try:
+        raw = yaml.safe_load(Path(params_file).read_text())
+    except (OSError, yaml.YAMLError):
+        return numerics, threads
+    if isinstance(raw, dict):
+        if raw.get("numerics") in ("portable", "native"):
+            numerics = raw["numerics"]
+        if isinstance(raw.get("threads"), int) and raw["threads"] > 0:
+            threads = raw["threads"]
+    return numerics, threads
+
+
+def environment(numerics: str, threads: int) -> dict[str, str]:
+    """The environment variables `numerics` and `threads` stand for."""
+    env = {name: str(threads) for name in THREAD_ENV}
+    if numerics == "portable":
+        env.update(PORTABLE_ENV)
+    return env
+
+
+def process_env(numerics: str, threads: int, base: dict[str, str]) -> dict[str, str]:
+    """`base` (an environment) as a process computing under `numerics` and `threads` needs it.
+    Under `native` the kernel variables a user set are kept, but not those a `portable`
+    process passed down; under `portable` they are replaced."""
+    env = dict(base)
+    if numerics == "native":
+        for name, value in PORTABLE_ENV.items():
+            if env.get(name) == value:
+                del env[name]
+    return env | environment(numerics, threads)
+
+
+# Set by a process that chose the numerics for its children (a study whose params set them):
+# it wins over params.yaml's.
+CHOSEN = "GRPO_LAB_NUMERICS"
+
+
+def apply(params_file: str | Path = "params.yaml") -> dict[str, str]:
+    """Set the process's environment from params.yaml's `numerics` and `threads` (or the
+    numerics a parent chose, `CHOSEN`), before torch is imported (after, torch has read them).
+    Returns what was set."""
+    numerics, threads = settings(params_file)
+    numerics = os.environ.get(CHOSEN, numerics)
+    env = process_env(numerics, threads, dict(os.environ))
+    os.environ.clear()
+    os.environ.update(env)
+    return environment(numerics, threads)
+
+
+def restart_under(numerics: str | None, module: str, argv: list[str]) -> None:
+    """Start `python -m module argv` again under `numerics` (a study's own: a bf16 real model
+    computes `native`) when this process, set up from params.yaml's by importing `stages`,
+    computes under other numerics; no-op when they agree, when `numerics` is None or not a
+    value, or in the restarted process. Its children inherit the choice (`CHOSEN`)."""
+    current, threads = settings()
+    if numerics not in ("portable", "native") or numerics == current or os.environ.get(CHOSEN):
+        return
+    env = process_env(numerics, threads, dict(os.environ)) | {CHOSEN: numerics}
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
