@@ -16,7 +16,7 @@ base model and holds the merged params.yaml (grpo_core.studies.cells): small res
   (its summary, a DVC metrics file: accuracy by level, rollouts, steps, wall time, dynamics).
 
 Results are kilobytes, in git (`cache: false`). A killed cell keeps its workspace: rerun, its
-train stage resumes. A study's own `numerics` param holds (config.runtime.restart_under)."""
+train stage resumes. A study's own `numerics` param holds (cells.restart_under)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 from grpo_core.config.core import read_yaml
-from grpo_core.config.runtime import restart_under
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, write_json, write_parquet
 from grpo_core.studies import cells
@@ -104,7 +103,7 @@ def cli(argv: list[str]) -> None:
         raise SystemExit(__doc__)
     try:
         study_dir = Path(argv[1])
-        restart_under(load_study(study_dir).params.get("numerics"), "stages.study_cell", argv)
+        cells.restart_under(load_study(study_dir).params.get("numerics"), "stages.study_cell", argv)
         if argv[0] == "cell":
             cell(study_dir, argv[2], int(argv[3]))
         elif argv[0] == "base":

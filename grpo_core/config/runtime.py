@@ -16,7 +16,6 @@ The settings are environment variables that torch, MKL and oneDNN read when they
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -108,15 +107,3 @@ def apply(params_file: str | Path = "params.yaml") -> dict[str, str]:
     os.environ.clear()
     os.environ.update(env)
     return environment(numerics, threads)
-
-
-def restart_under(numerics: str | None, module: str, argv: list[str]) -> None:
-    """Start `python -m module argv` again under `numerics` (a study's own: a bf16 real model
-    computes `native`) when this process, set up from params.yaml's by importing `stages`,
-    computes under other numerics; no-op when they agree, when `numerics` is None or not a
-    value, or in the restarted process. Its children inherit the choice (`CHOSEN`)."""
-    current, threads = settings()
-    if numerics not in ("portable", "native") or numerics == current or os.environ.get(CHOSEN):
-        return
-    env = process_env(numerics, threads, dict(os.environ)) | {CHOSEN: numerics}
-    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)

@@ -22,6 +22,7 @@ from grpo_core.analysis.evaluation import sample_model, summarize
 from grpo_core.config.core import parse_params
 from grpo_core.config.eval import EvaluateStage
 from grpo_core.config.params import Params
+from grpo_core.config.runtime import CHOSEN, process_env, settings
 from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, digest, write_json, write_parquet
@@ -262,3 +263,15 @@ def progress_line(study_dir: Path, study: Study, key: str) -> str:
 def clock(seconds: float) -> str:
     m, s = divmod(int(round(seconds)), 60)
     return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
+def restart_under(numerics: str | None, module: str, argv: list[str]) -> None:
+    """Start `python -m module argv` again under `numerics` (a study's own: a bf16 real model
+    computes `native`) when this process, set up from params.yaml's by importing `stages`,
+    computes under other numerics; no-op when they agree, when `numerics` is None or not a
+    value, or in the restarted process. Its children inherit the choice (`CHOSEN`)."""
+    current, threads = settings()
+    if numerics not in ("portable", "native") or numerics == current or os.environ.get(CHOSEN):
+        return
+    env = process_env(numerics, threads, dict(os.environ)) | {CHOSEN: numerics}
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
