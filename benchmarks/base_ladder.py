@@ -154,15 +154,15 @@ def table(paths: list[str]) -> str:
     results = [json.loads(Path(p).read_text()) for p in paths]
     levels = sorted(results[0]["levels"], key=int)
     head = "| numerics | kernels | threads | overrides | model seed | SFT steps | "
-    head += " | ".join(f"L{lv}" for lv in levels) + " | weights | ms/step |"
-    lines = [head, "|" + "---|" * (len(levels) + 8)]
+    head += " | ".join(f"L{lv}" for lv in levels) + " | weights |"
+    lines = [head, "|" + "---|" * (len(levels) + 7)]
     for r in results:
         cells = " | ".join(f"{100 * r['levels'][lv]:.1f}" for lv in levels)
         lines.append(
             f"| {r['numerics']} | {r['aten_cpu_capability']}, MKL {r['mkl_cbwr']} | "
             f"{r['threads']} | "
             f"{' '.join(r['overrides']) or '(defaults)'} | {r['model_seed']} | "
-            f"{r['sft_steps']} | {cells} | `{r['weights_sha256']}` | {r['ms_per_step']} |"
+            f"{r['sft_steps']} | {cells} | `{r['weights_sha256']}` |"
         )
     return "\n".join(lines)
 

@@ -8,8 +8,8 @@ Runs `dvc exp run --temp -n <preset> -S algo=<preset>` for dr_grpo, dapo, codapo
 against the committed run (HEAD: grpo), one at a time, then writes
 benchmarks/results/compare-presets.txt (`python -m stages.compare` of the four, the committed
 run the baseline) and compare-presets.json (each run's last-5-steps reward, rollouts and
-held-out accuracy, from `dvc exp show --json`). Run it alone, after committing the default run:
-the baseline row is HEAD.
+held-out accuracy, from `dvc exp show --json`). Run it after committing the default run: the
+baseline row is that commit (`--rev`, HEAD by default, read once at the start).
 """
 
 from __future__ import annotations
@@ -45,17 +45,18 @@ def summary(state: dict) -> dict:
     }
 
 
-def report() -> None:
-    head = run("git", "rev-parse", "--short", "HEAD").strip()
-    shown = json.loads(run(sys.executable, "-m", "dvc", "exp", "show", "--json", "--rev", "HEAD"))
-    runs = {"grpo": summary(shown[0])}
-    for exp in shown[0].get("experiments") or []:
+def report(rev: str) -> None:
+    head = run("git", "rev-parse", "--short", rev).strip()
+    shown = json.loads(run(sys.executable, "-m", "dvc", "exp", "show", "--json", "--rev", head))
+    commit = next(e for e in shown if e["rev"] != "workspace")  # the workspace comes first
+    runs = {"grpo": summary(commit)}
+    for exp in commit.get("experiments") or []:
         if exp.get("name") in OTHERS:
             runs[exp["name"]] = summary(exp["revs"][0])
     missing = [p for p in OTHERS if p not in runs]
     if missing:
-        sys.exit(f"no experiment {missing} on HEAD: run `python -m benchmarks.presets` first")
-    table = run(sys.executable, "-m", "stages.compare", *OTHERS)
+        sys.exit(f"no experiment {missing} on {rev}: run `python -m benchmarks.presets` first")
+    table = run(sys.executable, "-m", "stages.compare", "--rev", head, *OTHERS)
     OUT.with_suffix(".txt").write_text(table)
     command = (
         f"dvc exp show --json --rev {head} (the presets run as dvc exp run --temp -n <preset> "
@@ -69,13 +70,15 @@ def report() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--report", action="store_true", help="only rewrite the results")
+    ap.add_argument("--rev", default="HEAD", help="the commit the experiments run from")
     args = ap.parse_args()
+    rev = run("git", "rev-parse", args.rev).strip()  # fixed now: HEAD may move meanwhile
     if not args.report:
         for preset in OTHERS:
             print(f"dvc exp run --temp -n {preset} -S algo={preset}", flush=True)
             run(sys.executable, "-m", "dvc", "exp", "run", "--temp", "-n", preset,
                 "-S", f"algo={preset}")  # fmt: skip
-    report()
+    report(rev)
 
 
 if __name__ == "__main__":

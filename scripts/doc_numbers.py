@@ -144,6 +144,14 @@ def _eval_levels(r: Results) -> dict[str, str]:
     return out
 
 
+def _paired_se(r: Results) -> dict[str, str]:
+    """The default run's paired se of policy - base per level, over questions (what
+    `python -m benchmarks.repro --report` computes from data/eval_samples.parquet, kept in
+    benchmarks/results/numerics.json since that Parquet file is in the DVC cache, not git)."""
+    levels = r.json(NUMERICS)["pipeline"]["levels"]
+    return {f"se{k}": f"{100 * levels[str(k)]['se_delta']:.1f}" for k in range(1, 6)}
+
+
 def _probe(r: Results) -> dict[str, str]:
     rows = r.csv("metrics/sft/probe.csv")
     last = rows[-1]
@@ -326,7 +334,7 @@ def _clock(seconds: float) -> str:
 
 
 def _timings(r: Results) -> dict[str, str]:
-    seed = r.json(HINT)["seeds"]["0"]
+    seed = r.json(NUMERICS)["pipeline"]
     stages = {
         k: (
             _clock(v)
@@ -585,12 +593,16 @@ def _dapo_overlong(r: Results) -> dict[str, str]:
 EVAL = "metrics/eval.json"
 HINT = "benchmarks/results/repro-seeds-hint-sft.json"
 PRE = "benchmarks/results/repro-seeds.json"
+NUMERICS = "benchmarks/results/numerics.json"
 
 PASSAGES: list[Passage] = [
     # README: the default run
     *[
         Passage(
-            "README.md", f"| {k} | {{base{k}}} | {{policy{k}}} | {{diff{k}}} (", _eval_levels, EVAL
+            "README.md",
+            f"| {k} | {{base{k}}} | {{policy{k}}} | {{diff{k}}} ({{se{k}}}) |",
+            lambda r: {**_eval_levels(r), **_paired_se(r)},
+            f"{EVAL}, {NUMERICS}",
         )
         for k in range(1, 6)
     ],
@@ -598,39 +610,31 @@ PASSAGES: list[Passage] = [
     Passage(
         "README.md",
         "RL on levels 3-4 gains {diff4} points at level 4, the one level in the learnable band of "
-        "this "
-        "base (solved sometimes, not always), {diff3} at level 3 ({base3}% already) and "
-        "{diff_all} over all "
-        "levels. It does not hurt the solved levels ({diff2} at level 2, inside its se), and "
-        "level 5, "
-        "which the base solves {base5}% of the time and training never sees, stays at the floor "
-        "({diff5}). "
-        "Over all levels maj@4 goes from {base_maj4} to {policy_maj4}, greedy accuracy from "
-        "{base_greedy} "
-        "to {policy_greedy} and pass@4 from {base_pass4} to {policy_pass4}.",
+        "this base (solved sometimes, not always), {diff3} at level 3 ({base3}% already) and "
+        "{diff_all} over all levels. Levels 1-2 gain too ({diff1} and {diff2}), and level 5, "
+        "which the base solves {base5}% of the time and training never sees, goes to {policy5} "
+        "({diff5}). Over all levels maj@4 goes from {base_maj4} to {policy_maj4}, greedy "
+        "accuracy from {base_greedy} to {policy_greedy} and pass@4 from {base_pass4} to "
+        "{policy_pass4}.",
         _eval_levels,
         EVAL,
     ),
     Passage(
         "README.md",
-        "RL gains {band} on the band and {all} overall, no level lower; level 5 moves at seed 0 "
-        "only "
-        "({d1_5} and {d2_5} at seeds 1 and 2). The calibration pins level 4 ({l4}% on the eval "
-        "split), but the levels beside it move with the seed: level 3 of the base is at {b0_3r}, "
-        "{b1_3r} and {b2_3r}%",
+        "gained {band} on the band and {all} overall, no level lower; level 5 moved at seed 0 "
+        "only ({d1_5} and {d2_5} at seeds 1 and 2); the calibration pinned level 4 ({l4}% on the "
+        "eval split), and level 3 of the base was at {b0_3r}, {b1_3r} and {b2_3r}%",
         _seed_ranges(HINT),
         HINT,
     ),
     Passage(
         "README.md",
         "`make repro` on a 2-core CPU: {total} from nothing (prepare {prepare}, base {base}, "
-        "profile "
-        "{profile}, guide {guide}, train {train}, dynamics {dynamics}, evaluate {evaluate}; seed "
-        "0 of "
-        '`benchmarks/results/repro-seeds-hint-sft.json`); a second `dvc repro` says "Data and '
+        "profile {profile}, guide {guide}, train {train}, dynamics {dynamics}, evaluate "
+        "{evaluate}; `benchmarks/results/numerics.json`); a second `dvc repro` says \"Data and "
         'pipelines are up to date." in about {noop} s.',
         _timings,
-        HINT,
+        NUMERICS,
     ),
     # README: the studies' verdicts
     Passage(
@@ -649,15 +653,15 @@ PASSAGES: list[Passage] = [
         "rollouts, over "
         "{cg_n} seeds; the paper's easy tier falls {easy} points [{easy_lo}, {easy_hi}] short of "
         "all levels "
-        "at level 4, with all or 45% of the steps; hard problems alone are not worse; and on "
-        "SmolLM2 a format term costs GRPO {smf} points [{smf_lo}, {smf_hi}] over {smf_n} "
-        "seeds), {inc} are "
+        "at level 4, with all or 45% of the steps; hard problems alone are not worse), {inc} are "
         "inconclusive, and {nt} are not testable here: trained where the paper trains (questions "
-        "the "
-        "base never solves), Off-Context GRPO's importance weights average {ocw}, so its "
-        "correction "
-        "barely changes the objective in this tiny world (beside that verdict, OC-GRPO − GRPO at "
-        "level 5 is {oc} [{oc_lo}, {oc_hi}], at equal rollouts too).",
+        "the base never solves), Off-Context GRPO's importance weights average {ocw}, so its "
+        "correction barely changes the objective in this tiny world (beside that verdict, "
+        "OC-GRPO − GRPO at level 5 is {oc} [{oc_lo}, {oc_hi}], at equal rollouts too); and on "
+        "SmolLM2 the format term's two claims are not compared, since its GRPO arm ran without the "
+        "held-out evaluation its with_format arm ran with (with_format trails by {smf} points "
+        "[{smf_lo}, {smf_hi}] over {smf_n} seeds, a difference that waits for GRPO's cells to be "
+        "re-run).",
         _findings,
         "reports/*/summary.json",
     ),

@@ -142,7 +142,15 @@ def test_repro_builds_every_artifact(repo):
     done = sh(repo, "dvc", "repro")
     assert ran(done) == list(STAGES)
     metrics = json.loads((repo / "metrics/eval.json").read_text())
-    assert set(metrics) == {"base", "policy"}
+    assert set(metrics) == {"base", "policy", "provenance"}
+    from grpo_core.io import digest
+
+    # what the evaluation ran on, by content: compare refuses a Δ across bases with it
+    assert metrics.pop("provenance") == {
+        "base": digest(repo / "models/base"),
+        "policy": digest(repo / "models/policy"),
+        "eval_set": digest(repo / "data/prepared/eval.parquet"),
+    }
     for model in metrics.values():
         assert set(model) == {"arith", "math500", "humaneval", "by_domain"}
         assert set(model["by_domain"]) == {"math", "code"}
@@ -515,6 +523,15 @@ def test_a_key_no_stage_reads_is_checked_before_any_stage_runs(repo):
     sh(repo, "dvc", "checkout", "--force")
 
 
+def _yaml12(text: str) -> object:
+    """A `-S` value as DVC reads it (YAML 1.2: `1e-4` is a float, not PyYAML's string)."""
+    value = yaml.safe_load(text)
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
 def test_the_readme_experiments_each_start_from_the_committed_params(tmp_path):
     """README's `dvc exp run` lines, in order: each experiment holds the committed params and
     its own -S overrides, nothing of the one before (issue 39: `-S train.lr=1e-4` after
@@ -539,7 +556,7 @@ def test_the_readme_experiments_each_start_from_the_committed_params(tmp_path):
         sh(repo, *argv)
         name = argv[argv.index("-n") + 1]
         sets = [argv[i + 1] for i, a in enumerate(argv) if a == "-S"]
-        expected[name] = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in sets)}
+        expected[name] = {k: _yaml12(v) for k, v in (s.split("=", 1) for s in sets)}
         assert yaml.safe_load((repo / "params.yaml").read_text()) == committed, argv
     assert "grpo" in expected and expected["lr-1e-4"] == {"train.lr": 1e-4}
     shown = json.loads(sh(repo, "dvc", "exp", "show", "--json").stdout)

@@ -485,3 +485,42 @@ def test_two_arms_whose_params_differ_beyond_their_variants_are_not_compared(tmp
     )
     record("grpo", 1)
     assert config_difference(load_results(study_dir), "new", "grpo") is None  # two presets
+
+
+def test_a_report_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
+    """Sums over a set of question ids follow Python's string hashing, which PYTHONHASHSEED
+    randomises per process: a regenerated summary.json moved in its 17th digit. Sorted sums
+    give the same bytes in every process."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    study_dir = make_study(tmp_path)
+    rng = np.random.default_rng(0)
+    ids = [f"q{i}" for i in range(300)]  # enough non-dyadic terms for the order to round
+    for cell in [*study_dir.glob("cells/*-*/"), *study_dir.glob("base/*/")]:
+        table = pa.table(
+            {
+                "id": ids,
+                "source": ["arith"] * 300,
+                "domain": ["arith"] * 300,
+                "level": pa.array([1 + i % 2 for i in range(300)], pa.int64()),
+                "accuracy": (rng.integers(0, 9, 300) / 7).tolist(),
+                "greedy": pa.array([None] * 300, pa.float64()),
+                "samples": [7] * 300,
+            }
+        )
+        pq.write_table(table, cell / "questions.parquet")
+    code = (
+        "import sys; from pathlib import Path; from grpo_core.studies.report import write_report;"
+        "write_report(Path(sys.argv[1]), Path(sys.argv[2]))"
+    )
+    outs = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / f"reports-{seed}"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", code, str(study_dir), str(out)], env=env, check=True)
+        outs.append((out / "demo" / "summary.json").read_bytes())
+    assert outs[0] == outs[1] == outs[2]

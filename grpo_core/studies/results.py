@@ -253,7 +253,7 @@ def eval_noise(results: Results, check: Check) -> float:
         k_b = results.samples.get(check.baseline, {}).get(seed)
         if acc_b is None or k_a is None or k_b is None:
             continue
-        qs = [q for q in set(acc_a) & set(acc_b) & questions]
+        qs = sorted(set(acc_a) & set(acc_b) & questions)  # one summation order, any hash seed
         if not qs:
             continue
         var = sum(

@@ -75,7 +75,8 @@ def paired_differences(
         if questions is not None:
             qs &= questions
         if qs:
-            out[seed] = float(np.mean([a[seed][q] - b[seed][q] for q in qs]))
+            # sorted: one summation order whatever PYTHONHASHSEED orders the set by
+            out[seed] = float(np.mean([a[seed][q] - b[seed][q] for q in sorted(qs)]))
     return out
 
 
