@@ -4,7 +4,6 @@ CPU's kernels: SFT alone, measured on the eval split.
     python -m benchmarks.base_ladder --model-seed 1 [-S model.sft.steps=1200 ...]
         [--threads 1] [--curve 100] --out FILE.json
     python -m benchmarks.base_ladder --table FILE.json ...      # the markdown table
-    python -m benchmarks.base_ladder --collect OUT.json FILE.json ...   # one file of them
 
 Runs the `base` stage's warm start in this process on the workspace's train split
 (data/prepared, built by `prepare`), with params.yaml's `model` section and the `-S` overrides,
@@ -181,17 +180,9 @@ def main() -> None:
     ap.add_argument("-S", dest="overrides", action="append", default=[], help="param override")
     ap.add_argument("--out", help="result JSON")
     ap.add_argument("--table", nargs="+", help="print the table of these result files")
-    ap.add_argument(
-        "--collect", nargs="+", metavar=("OUT", "FILE"), help="gather result files into OUT"
-    )
     args = ap.parse_args()
     if args.table:
         print(table(args.table))
-        return
-    if args.collect:
-        out, *files = args.collect
-        runs = [json.loads(Path(f).read_text()) for f in files]
-        Path(out).write_text(json.dumps({"runs": runs}, indent=1) + "\n")
         return
     if not args.out:
         sys.exit("--out FILE.json is needed")
