@@ -2,13 +2,14 @@
 in a scratch workspace, studies/<name>/.work/<stage>/, that links the main pipeline's data and
 base model and holds the merged params.yaml (grpo_core.studies.cells): small results.
 
-    python -m stages.study_cell upstream STUDY_DIR        # profile + guide under the study's params
-    python -m stages.study_cell base STUDY_DIR SEED       # the base model, eval seed SEED
+    python -m stages.study_cell upstream STUDY_DIR [SEED]  # profile + guide, the study's params
+    python -m stages.study_cell base STUDY_DIR SEED        # the base model, eval seed SEED
     python -m stages.study_cell cell STUDY_DIR VARIANT SEED
 
-- upstream -> STUDY_DIR/upstream/{profile,guides}.parquet (cached by DVC); for a study with
-  its own data and base model (its params set `data` or `model` keys), prepare and base run
-  first, and STUDY_DIR/upstream/ holds data/prepared/ and models/base/ too;
+- upstream -> STUDY_DIR/upstream/{profile,guides}.parquet; a study with its own data and base
+  (params set `data` or `model` keys) runs prepare and base first and keeps data/prepared/ and
+  models/base/ there too; with `bases: per_seed`, base runs with model.seed SEED, into
+  STUDY_DIR/upstream/SEED/;
 - base -> STUDY_DIR/base/SEED/ (questions.parquet, eval.json) and STUDY_DIR/base/SEED.json;
 - cell -> STUDY_DIR/cells/VARIANT-SEED/ (questions.parquet: per-question avg@k and greedy;
   train.csv: the step metrics; dynamics/*.csv; run.json: every resolved param, the git state,
@@ -35,32 +36,27 @@ from grpo_core.studies.spec import cell_key, cell_params, check_params, load_stu
 ROOT = Path.cwd()  # the repository: DVC runs study stages there (wdir)
 
 
-def upstream(study_dir: Path) -> None:
+def upstream(study_dir: Path, seed: int | None = None) -> None:
     study = load_study(study_dir)
-    params = upstream_params(read_yaml("params.yaml"), study)
+    params = upstream_params(read_yaml("params.yaml"), study, seed)
     check_params(params, f"{study_dir}/study.yaml params")
-    ws = cells.workspace(
-        study_dir, "upstream", params, cells.inputs(ROOT, study_dir, study, "upstream")
-    )
-    own = ("stages.prepare", "stages.base") if study.own_upstream else ()
+    out = study.upstream_dir(study_dir, seed)
+    name = out.relative_to(study_dir).as_posix().replace("/", "-")
+    links = cells.inputs(ROOT, study_dir, study, "upstream", seed)
+    ws = cells.workspace(study_dir, name, params, links)
+    own = ("stages.prepare",) * study.own_upstream + ("stages.base",) * study.builds_base
     for module in (*own, "stages.profile", "stages.guide"):
         cells.run_stage(module, ws, ROOT)
-    with atomic_path(study_dir / "upstream") as tmp:
-        tmp.mkdir()
-        for name in ("profile.parquet", "guides.parquet"):
-            shutil.copy(ws / "data" / name, tmp / name)
-        if own:
-            shutil.copytree(ws / "data/prepared", tmp / "data/prepared")
-            shutil.copytree(ws / "models/base", tmp / "models/base")
+    cells.keep_upstream(ws, out, study)
     shutil.rmtree(ws)
 
 
 def base(study_dir: Path, seed: int) -> None:
     study = load_study(study_dir)
-    params = upstream_params(read_yaml("params.yaml"), study)
+    params = upstream_params(read_yaml("params.yaml"), study, seed)
     params.setdefault("eval", {})["seed"] = seed
     check_params(params, f"{study_dir}/study.yaml params")
-    home = cells.inputs(ROOT, study_dir, study, "base")
+    home = cells.inputs(ROOT, study_dir, study, "base", seed)
     start = time.perf_counter()
     table, metrics = cells.score(
         home["models/base"], home["data/prepared"] / "eval.parquet", params, "base"
@@ -69,15 +65,16 @@ def base(study_dir: Path, seed: int) -> None:
         tmp.mkdir()
         write_parquet(table, tmp / "questions.parquet")
         write_json(metrics, tmp / "eval.json")
-    wall = round(time.perf_counter() - start, 1)
-    write_json({**cells.accuracy_summary(table), "wall_s": wall}, study_dir / f"base/{seed}.json")
+    wall = {"wall_s": round(time.perf_counter() - start, 1)}
+    write_json(cells.accuracy_summary(table) | wall, study_dir / f"base/{seed}.json")
 
 
 def cell(study_dir: Path, variant: str, seed: int) -> None:
     study, key = load_study(study_dir), cell_key(variant, seed)
     params = cell_params(read_yaml("params.yaml"), study, variant, seed, f"{study_dir}/study.yaml")
     print(cells.progress_line(study_dir, study, key), file=sys.stderr, flush=True)
-    ws = cells.workspace(study_dir, key, params, cells.inputs(ROOT, study_dir, study, "cell"))
+    links = cells.inputs(ROOT, study_dir, study, "cell", seed)
+    ws = cells.workspace(study_dir, key, params, links)
     wall = {
         "train": cells.run_stage("stages.train", ws, ROOT),
         "dynamics": cells.run_stage("stages.dynamics", ws, ROOT),
@@ -98,8 +95,8 @@ def cell(study_dir: Path, variant: str, seed: int) -> None:
 
 def cli(argv: list[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    arity = {"upstream": 2, "base": 3, "cell": 4}
-    if not argv or arity.get(argv[0]) != len(argv):
+    arity = {"upstream": (2, 3), "base": (3,), "cell": (4,)}
+    if not argv or len(argv) not in arity.get(argv[0], ()):
         raise SystemExit(__doc__)
     try:
         study_dir = Path(argv[1])
@@ -109,7 +106,7 @@ def cli(argv: list[str]) -> None:
         elif argv[0] == "base":
             base(study_dir, int(argv[2]))
         else:
-            upstream(study_dir)
+            upstream(study_dir, int(argv[2]) if len(argv) == 3 else None)
     except (InputError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from grpo_core.config.core import read_yaml
 from grpo_core.studies import dvcfile
-from grpo_core.studies.spec import StudyError, cell_params, load_study
+from grpo_core.studies.spec import Study, StudyError, cell_params, load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted(p.parent.name for p in ROOT.glob("studies/*/study.yaml"))
@@ -131,12 +132,35 @@ def test_a_study_that_sets_data_or_model_builds_its_own_upstream(tmp_path):
     assert {"data", "model"} <= set(stages["upstream"]["params"][0]["params.yaml"])
     for stage in ("base", "cell"):
         assert "models/base" not in stages[stage]["deps"]
-        assert "studies/own/upstream" in stages[stage]["deps"]
+        assert {"studies/own/upstream/models", "studies/own/upstream/data"} <= set(
+            stages[stage]["deps"]
+        )
+    # its base is in the DVC cache (portable numerics rebuild it bit for bit), the rest in git
+    assert "studies/own/upstream/models" in stages["upstream"]["outs"]
     main = yaml.safe_load(dvcfile.render("shared", shared))["stages"]
     assert (
         "models/base" in main["cell"]["deps"]
         and "stages/prepare.py" not in main["upstream"]["deps"]
     )
+    # a base per seed on the main pipeline's data: an upstream stage per seed trains it
+    seeded = load_study(_study(tmp_path / "seeded", "bases: per_seed\n" + GOOD))
+    stages = yaml.safe_load(dvcfile.render("seeded", seeded))["stages"]
+    up = "studies/seeded/upstream/${item.seed}"
+    assert stages["upstream"]["matrix"] == {"seed": "${seeds}"}
+    assert stages["upstream"]["cmd"].endswith("upstream studies/seeded ${item.seed}")
+    assert {"stages/base.py", "data/prepared"} <= set(stages["upstream"]["deps"])
+    assert "stages/prepare.py" not in stages["upstream"]["deps"]
+    assert "model" in stages["upstream"]["params"][0]["params.yaml"]
+    assert stages["upstream"]["outs"] == [
+        {f"{up}/profile.parquet": {"cache": False}},
+        {f"{up}/guides.parquet": {"cache": False}},
+        f"{up}/models",
+    ]
+    assert {f"{up}/models", "data/prepared/eval.parquet"} <= set(stages["base"]["deps"])
+    assert {f"{up}/models", f"{up}/guides.parquet", "data/prepared"} <= set(
+        stages["cell"]["deps"]
+    )
+    assert "models/base" not in stages["base"]["deps"] + stages["cell"]["deps"]
 
 
 def test_a_study_of_a_real_model_caches_its_base_and_declares_its_plots(tmp_path):
@@ -487,6 +511,39 @@ def test_a_study_with_its_own_data_and_base_builds_them_in_its_upstream(study_re
     assert pq.read_table(up / "data/prepared/train.parquet").num_rows == 30 * 2  # levels 1-2
     assert (up / "models/base/model.safetensors").exists()
     assert json.loads((repo / "studies/own/cells/short-0.json").read_text())["steps"] == 1
+
+
+@pipeline
+def test_a_study_with_a_base_per_seed_trains_one_for_each_seed(study_repo):
+    """`bases: per_seed`: each seed's upstream trains its own base on the main pipeline's data
+    with model.seed = the seed; that seed's cells and base evaluation read it, and the report
+    says what the seeds vary and how many bases its cells ran on."""
+    from grpo_core.io import digest
+
+    repo = study_repo
+    spec = {**TINY_STUDY, "seeds": [0, 1], "bases": "per_seed", "claims": []}
+    spec["variants"] = {"short": {"algo": "grpo"}}
+    (repo / "studies/seeded").mkdir()
+    (repo / "studies/seeded/study.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    dvcfile.write("seeded", repo)
+    done = sh(repo, "dvc", "repro", "studies/seeded/dvc.yaml")
+    ran = {n.removeprefix("studies/seeded/dvc.yaml:") for n in _ran(done)}
+    assert {"upstream@0", "upstream@1", "base@0", "base@1", "cell@short-0", "cell@short-1"} <= ran
+    assert "Running stage 'base'" not in done.stdout + done.stderr  # the main base is untouched
+    up, cells = repo / "studies/seeded/upstream", repo / "studies/seeded/cells"
+    bases = {s: digest(up / f"{s}/models/base") for s in (0, 1)}
+    assert bases[0] != bases[1]  # another SFT seed, another base
+    assert not (up / "0/data").exists()  # the main pipeline's data, linked, not copied
+    for s in (0, 1):
+        run = json.loads((cells / f"short-{s}/run.json").read_text())
+        assert run["provenance"]["base"] == bases[s]
+        assert run["params"]["model"]["seed"] == s
+        assert run["provenance"]["eval_set"] == digest(repo / "data/prepared/eval.parquet")
+    report = (repo / "reports/seeded.md").read_text()
+    assert "each seed builds its own base" in report
+    assert "2 distinct base(s) recorded over 2 seed(s)" in report
+    with pytest.raises(ValidationError, match="model.seed"):
+        Study.model_validate({**spec, "params": {"model.seed": 3}})
 
 
 @pipeline

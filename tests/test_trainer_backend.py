@@ -16,6 +16,7 @@ from grpo_core.training.batch import Question
 from grpo_core.training.run import run
 from grpo_core.training.trainer import GRPOTrainer
 from tests.test_trainer import _cfg
+from tests.tolerance import adam_bound, assert_weights_close
 
 
 @pytest.fixture
@@ -127,11 +128,14 @@ def test_gradient_checkpointing_gives_the_same_update(tokenizer, tiny_model, sta
         )
     assert out[True][0] == pytest.approx(out[False][0], abs=1e-6)
     assert out[True][1] == pytest.approx(out[False][1], rel=1e-5)
-    for a, b in zip(out[True][2], out[False][2], strict=True):
-        # Not exact: with checkpointing the prompt is not shared across a group (other shapes,
-        # other rounding), and Adam's first steps turn rounding-sized gradients into lr-sized
-        # moves on entries whose gradient is near 0.
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # Not exact: with checkpointing the prompt is not shared across a group (other shapes,
+    # other rounding), and Adam's first steps turn rounding-sized gradients into lr-sized moves
+    # on entries whose gradient is near 0 (tests/tolerance.py). A fixed 1e-5 for every weight
+    # failed on another machine's kernels at one entry of 32: 1.0017e-5.
+    cfg = _cfg()
+    bound = adam_bound(cfg.steps * cfg.updates_per_batch, cfg.lr)
+    for i, (a, b) in enumerate(zip(out[True][2], out[False][2], strict=True)):
+        assert_weights_close(a, b, bound=bound, atol=1e-5, key=str(i))
 
 
 def test_the_backend_is_synced_once_per_weight_change(tokenizer, tiny_model, starts_with_7):

@@ -47,17 +47,23 @@ def _link(ws: Path, rel: str, target: Path) -> None:
     link.symlink_to(target.resolve())
 
 
-def inputs(root: Path, study_dir: Path, study: Study, stage: str) -> dict[str, Path]:
+def inputs(
+    root: Path, study_dir: Path, study: Study, stage: str, seed: int | None = None
+) -> dict[str, Path]:
     """What a study stage's workspace links (workspace path -> target): the main pipeline's
-    data and base model under `root`, or the study's own from its upstream; a cell also
-    links the study's profile and guides, and the upstream stage of a study with its own
-    upstream links the raw data it prepares from."""
-    up = study_dir / "upstream"
+    data and base model under `root`, or the study's own from its upstream (`seed`'s, with a
+    base per seed); a cell also links the study's profile and guides, and the upstream stage
+    links the raw data it prepares from (a study with its own data) or the prepared data its
+    base trains on (a base per seed on the main pipeline's data)."""
+    up = study.upstream_dir(study_dir, seed)
     links = {"configs": root / "configs"}
     if stage == "upstream" and study.own_upstream:
         return links | {"data/raw": root / "data/raw"}
-    home = up if study.own_upstream else root
-    links |= {"models/base": home / "models/base", "data/prepared": home / "data/prepared"}
+    if stage == "upstream" and study.builds_base:
+        return links | {"data/prepared": root / "data/prepared"}
+    data = up if study.own_upstream else root
+    model = up if study.builds_base else root
+    links |= {"models/base": model / "models/base", "data/prepared": data / "data/prepared"}
     if stage == "cell":
         links |= {f"data/{f}": up / f for f in ("profile.parquet", "guides.parquet")}
     return links
@@ -192,6 +198,19 @@ def keep_cell(ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict) -
         "wall_s": {k: round(v, 1) for k, v in wall.items()},
         "dynamics": json.loads((ws / "metrics/dynamics.json").read_text()),
     }
+
+
+def keep_upstream(ws: Path, out: Path, study: Study) -> None:
+    """Write what an upstream stage keeps into the folder `out` (atomically): the profile and
+    the guides, and the study's own prepared data and base model where it built them."""
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        for name in ("profile.parquet", "guides.parquet"):
+            shutil.copy(ws / "data" / name, tmp / name)
+        if study.own_upstream:
+            shutil.copytree(ws / "data/prepared", tmp / "data/prepared")
+        if study.builds_base:
+            shutil.copytree(ws / "models/base", tmp / "models/base")
 
 
 def git_state(root: Path | None = None) -> dict:

@@ -35,6 +35,7 @@ RUNS = {
         "stages.profile",
         "stages.guide",
     ),
+    "seed_upstream": ("stages.study_cell", "stages.base", "stages.profile", "stages.guide"),
     "base": ("stages.study_cell",),
     "cell": ("stages.study_cell", "stages.train", "stages.dynamics"),
     "report": ("stages.study_report",),
@@ -63,19 +64,26 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
         "numerics", "seed", "profile", "guide", "train.levels", "train.domains", "reward.code",
         "reward.function",
     ]  # fmt: skip
-    # in git, like the cells: a teammate's clone has it without the cache it ran in; but for a
-    # real model, whose base directory is hundreds of MB, that directory is cached
-    upstream_outs: list = [{f"{d}/upstream": {"cache": False}}]
-    if study.own_upstream:
-        upstream = {
-            "deps": [*code("own_upstream"), "data/raw", USER_REWARDS],
-            "read": ["data", "model", *read],
-        }
-        inputs = {"train": [f"{d}/upstream"], "eval": [f"{d}/upstream"]}
-        if study.real_model:
-            kept = [f"{d}/upstream/{p}" for p in ("data", "profile.parquet", "guides.parquet")]
-            upstream_outs = [{p: {"cache": False}} for p in kept] + [f"{d}/upstream/models"]
-            inputs = {k: [*kept, f"{d}/upstream/models"] for k in ("train", "eval")}
+    per_seed = study.bases == "per_seed"
+    up = f"{d}/upstream/${{item.seed}}" if per_seed else f"{d}/upstream"
+    # in git, like the cells: a teammate's clone has it without the cache it ran in; but a
+    # base model the study trains (3 MB for the tiny one, hundreds for a real model, one per
+    # seed with `bases: per_seed`) is cached: portable numerics rebuild it bit for bit
+    upstream_outs: list = [{up: {"cache": False}}]
+    if study.builds_base:
+        kept = [f"{up}/{p}" for p in ("data", "profile.parquet", "guides.parquet")]
+        if study.own_upstream:
+            built = {"deps": [*code("own_upstream"), "data/raw"], "read": ["data", "model"]}
+            inputs = {k: [*kept, f"{up}/models"] for k in ("train", "eval")}
+        else:  # a base per seed on the main pipeline's data
+            built = {"deps": [*code("seed_upstream"), "data/prepared"], "read": ["model"]}
+            kept = kept[1:]
+            inputs = {
+                "train": [*kept, f"{up}/models", "data/prepared"],
+                "eval": [f"{up}/models", "data/prepared/eval.parquet"],
+            }
+        upstream = {"deps": [*built["deps"], USER_REWARDS], "read": [*built["read"], *read]}
+        upstream_outs = [{p: {"cache": False}} for p in kept] + [f"{up}/models"]
     else:
         upstream = {
             "deps": [*code("upstream"), "models/base", "data/prepared/train.parquet", USER_REWARDS],
@@ -98,7 +106,8 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
             "outs": [{f"{d}/code.md5": {"cache": False}}],
         },
         "upstream": {
-            "cmd": f"python -m stages.study_cell upstream {d}",
+            **({"matrix": {"seed": "${seeds}"}} if per_seed else {}),
+            "cmd": f"python -m stages.study_cell upstream {d}" + " ${item.seed}" * per_seed,
             "wdir": "../..",
             "deps": upstream["deps"],
             "params": [{"params.yaml": upstream["read"]}, {f"{d}/study.yaml": ["params"]}],

@@ -30,6 +30,7 @@ from grpo_core.studies.results import (
     label,
     load_results,
     precondition_results,
+    replication,
 )
 
 
@@ -195,6 +196,7 @@ def _markdown(results: Results, claims: Verdicts) -> str:
     ]
     if results.missing:
         out.append("Missing: " + ", ".join(f"`{k}`" for k in results.missing) + ".")
+    out += ["", replication(results)]
     out += [
         "",
         "Every cell trains with params.yaml and "

@@ -150,6 +150,42 @@ def _run_record(results: Results, variant: str, seed: int) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def replication(results: Results) -> str:
+    """What a seed replicates, in words: the study's `bases` setting, and the bases its done
+    cells record (run.json's content hash of their base model; older cells record none)."""
+    seen: dict[int, set[str]] = {}
+    unrecorded = 0
+    for variant, seed in results.study.cells():
+        run = _run_record(results, variant, seed)
+        if run is None:
+            continue
+        base = run.get("provenance", {}).get("base")
+        if base:
+            seen.setdefault(seed, set()).add(base)
+        else:
+            unrecorded += 1
+    if results.study.bases == "per_seed":
+        what = (
+            "each seed builds its own base (`model.seed` = the seed: the SFT run again) and sets "
+            "the RL seeds (train.seed, eval.seed), so the intervals cover the base's variation"
+        )
+    else:
+        what = (
+            "each seed sets the RL seeds (train.seed, eval.seed) on one base, so the intervals "
+            "hold for that base, not for the recipe that built it"
+        )
+    told = []
+    if seen:
+        bases = set().union(*seen.values())
+        told.append(f"{len(bases)} distinct base(s) recorded over {len(seen)} seed(s)")
+        mixed = sorted(s for s, hashes in seen.items() if len(hashes) > 1)
+        if mixed:
+            told.append(f"seeds whose cells ran on different bases: {mixed}")
+    if unrecorded:
+        told.append(f"{unrecorded} cell(s) from before the base was recorded")
+    return f"What a seed replicates: {what}." + (f" Cells: {'; '.join(told)}." if told else "")
+
+
 def _covered(key: str, overrides: set[str]) -> bool:
     return any(key == o or key.startswith(o + ".") for o in overrides)
 

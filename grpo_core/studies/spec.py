@@ -4,9 +4,11 @@ A variant is a set of params.yaml overrides (dotted keys). Every cell (variant, 
 from the main pipeline's data and base model (or the study's own, when its `params` set `data`
 or `model` keys) with params.yaml, then the study's `params`, then the variant's overrides,
 then the budget (`train.steps`, or `train.max_rollouts` for an equal number of rollouts),
-then `train.seed` and `eval.seed` set to the cell's seed. The merged params are validated as
-a whole params file, so a bad override fails before any work with a message that names the
-study file, the variant and the key.
+then `train.seed` and `eval.seed` set to the cell's seed. With `bases: per_seed` each seed
+has its own base as well (`model.seed` set to the seed: the tiny world's SFT), so the seeds
+replicate the whole recipe, base included, not the RL on one base. The merged params are
+validated as a whole params file, so a bad override fails before any work with a message that
+names the study file, the variant and the key.
 """
 
 from __future__ import annotations
@@ -139,6 +141,14 @@ class Study(_Strict):
     )
     claims: list[Claim] = Field(default_factory=list)
     preconditions: list[Precondition] = Field(default_factory=list)
+    bases: Literal["shared", "per_seed"] = Field(
+        "shared",
+        description="What a seed replicates. shared: every seed trains from one base (the "
+        "main pipeline's, or the study's own); the intervals then hold for that base only. "
+        "per_seed: each seed builds its own base with `model.seed` set to the seed (the tiny "
+        "world's SFT run again), and its profile and guides from it, so the intervals cover "
+        "the base's variation too (a pretrained model's base does not change with the seed).",
+    )
     grpo_arm: str | None = Field(
         None,
         description="The study's plain GRPO variant on the arith ladder, if it has one: "
@@ -187,6 +197,8 @@ class Study(_Strict):
                 wrong += [(f"claims.{claim.id}.baseline", check.baseline)] * (
                     check.baseline is not None and check.baseline not in known | {BASE}
                 )
+        if self.bases == "per_seed" and any(_under(k, "model.seed") for k in self.params):
+            raise ValueError("params: 'model.seed' cannot be overridden: bases: per_seed sets it")
         ids = {claim.id for claim in self.claims}
         for i, pre in enumerate(self.preconditions):
             for key, name in (("variant", pre.variant), ("baseline", pre.baseline)):
@@ -219,6 +231,21 @@ class Study(_Strict):
         """Whether the study builds its own data and base model (its `params` set `data` or
         `model` keys) instead of sharing the main pipeline's."""
         return any(_under(key, s) for key in self.params for s in UPSTREAM)
+
+    @property
+    def builds_base(self) -> bool:
+        """Whether the study's upstream trains a base (its own, or one per seed)."""
+        return self.own_upstream or self.bases == "per_seed"
+
+    def upstream_dir(self, study_dir: Path, seed: int | None) -> Path:
+        """Where the upstream of `seed`'s cells lies: studies/<name>/upstream/, or
+        studies/<name>/upstream/<seed>/ with a base per seed."""
+        up = Path(study_dir) / "upstream"
+        if self.bases != "per_seed":
+            return up
+        if seed is None:
+            raise StudyError(f"{study_dir}: bases: per_seed builds an upstream per seed; name one")
+        return up / str(seed)
 
     @property
     def real_model(self) -> bool:
@@ -282,12 +309,15 @@ def get_dotted(params: dict, key: str) -> Any:
     return node
 
 
-def upstream_params(raw: dict, study: Study) -> dict:
+def upstream_params(raw: dict, study: Study, seed: int | None = None) -> dict:
     """params.yaml with the study's `params`: what its upstream stages read (profile and
-    guide; prepare and base too when the study has its own upstream)."""
+    guide; prepare and base too when the study has its own upstream), and with `bases:
+    per_seed` the base's seed, `model.seed`, set to `seed`."""
     out = copy.deepcopy(raw)
     for key, value in study.params.items():
         set_dotted(out, key, value)
+    if study.bases == "per_seed" and seed is not None:
+        set_dotted(out, "model.seed", seed)
     return out
 
 
@@ -298,7 +328,7 @@ def cell_params(raw: dict, study: Study, variant: str, seed: int, source: str = 
             f"{source}: no variant {variant!r} (variants: {', '.join(study.variants)})"
         )
     overrides = study.variants[variant]
-    out = upstream_params(raw, study)
+    out = upstream_params(raw, study, seed)
     for key, value in overrides.items():
         set_dotted(out, key, value)
     # The budget, where the variant does not set it itself.
