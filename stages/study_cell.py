@@ -5,11 +5,13 @@ base model and holds the merged params.yaml (grpo_core.studies.cells): small res
     python -m stages.study_cell upstream STUDY_DIR [SEED]  # profile + guide, the study's params
     python -m stages.study_cell base STUDY_DIR SEED        # the base model, eval seed SEED
     python -m stages.study_cell cell STUDY_DIR VARIANT SEED
+    python -m stages.study_cell seed_base SEED              # the base with model.seed SEED
 
 - upstream -> STUDY_DIR/upstream/{profile,guides}.parquet; a study with its own data and base
   (params set `data` or `model` keys) runs prepare and base first and keeps data/prepared/ and
-  models/base/ there too; with `bases: per_seed`, base runs with model.seed SEED, into
-  STUDY_DIR/upstream/SEED/;
+  models/base/ there too; with `bases: per_seed`, per seed into STUDY_DIR/upstream/SEED/;
+- seed_base -> studies/seed_bases/SEED/models/base/: the bases of `bases: per_seed` studies on
+  the main pipeline's data (one per seed, shared by every such study; in the DVC cache);
 - base -> STUDY_DIR/base/SEED/ (questions.parquet, eval.json) and STUDY_DIR/base/SEED.json;
 - cell -> STUDY_DIR/cells/VARIANT-SEED/ (questions.parquet: per-question avg@k and greedy;
   train.csv: the step metrics; dynamics/*.csv; run.json: every resolved param, the git state,
@@ -44,7 +46,7 @@ def upstream(study_dir: Path, seed: int | None = None) -> None:
     name = out.relative_to(study_dir).as_posix().replace("/", "-")
     links = cells.inputs(ROOT, study_dir, study, "upstream", seed)
     ws = cells.workspace(study_dir, name, params, links)
-    own = ("stages.prepare",) * study.own_upstream + ("stages.base",) * study.builds_base
+    own = ("stages.prepare", "stages.base") if study.own_upstream else ()
     for module in (*own, "stages.profile", "stages.guide"):
         cells.run_stage(module, ws, ROOT)
     cells.keep_upstream(ws, out, study)
@@ -95,10 +97,12 @@ def cell(study_dir: Path, variant: str, seed: int) -> None:
 
 def cli(argv: list[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    arity = {"upstream": (2, 3), "base": (3,), "cell": (4,)}
+    arity = {"upstream": (2, 3), "base": (3,), "cell": (4,), "seed_base": (2,)}
     if not argv or len(argv) not in arity.get(argv[0], ()):
         raise SystemExit(__doc__)
     try:
+        if argv[0] == "seed_base":
+            return cells.seed_base(ROOT, int(argv[1]))
         study_dir = Path(argv[1])
         cells.restart_under(load_study(study_dir).params.get("numerics"), "stages.study_cell", argv)
         if argv[0] == "cell":

@@ -142,25 +142,21 @@ def test_a_study_that_sets_data_or_model_builds_its_own_upstream(tmp_path):
         "models/base" in main["cell"]["deps"]
         and "stages/prepare.py" not in main["upstream"]["deps"]
     )
-    # a base per seed on the main pipeline's data: an upstream stage per seed trains it
+    # a base per seed on the main pipeline's data: the shared bases by seed, one stage each
+    # (studies/seed_bases/dvc.yaml), then an upstream stage per seed profiles it
     seeded = load_study(_study(tmp_path / "seeded", "bases: per_seed\n" + GOOD))
     stages = yaml.safe_load(dvcfile.render("seeded", seeded))["stages"]
-    up = "studies/seeded/upstream/${item.seed}"
+    up, base = "studies/seeded/upstream/${item.seed}", "studies/seed_bases/${item.seed}"
     assert stages["upstream"]["matrix"] == {"seed": "${seeds}"}
     assert stages["upstream"]["cmd"].endswith("upstream studies/seeded ${item.seed}")
-    assert {"stages/base.py", "data/prepared"} <= set(stages["upstream"]["deps"])
-    assert "stages/prepare.py" not in stages["upstream"]["deps"]
-    assert "model" in stages["upstream"]["params"][0]["params.yaml"]
-    assert stages["upstream"]["outs"] == [
-        {f"{up}/profile.parquet": {"cache": False}},
-        {f"{up}/guides.parquet": {"cache": False}},
-        f"{up}/models",
-    ]
-    assert {f"{up}/models", "data/prepared/eval.parquet"} <= set(stages["base"]["deps"])
-    assert {f"{up}/models", f"{up}/guides.parquet", "data/prepared"} <= set(
-        stages["cell"]["deps"]
-    )
+    assert base in stages["upstream"]["deps"] and "stages/base.py" not in stages["upstream"]["deps"]
+    assert stages["upstream"]["outs"] == [{up: {"cache": False}}]
+    assert {base, "data/prepared/eval.parquet"} <= set(stages["base"]["deps"])
+    assert {base, up, "data/prepared/train.parquet"} <= set(stages["cell"]["deps"])
     assert "models/base" not in stages["base"]["deps"] + stages["cell"]["deps"]
+    bases = yaml.safe_load(dvcfile.render_seed_bases([0, 3]))["stages"]["base"]
+    assert bases["matrix"] == {"seed": [0, 3]} and bases["outs"] == [base]
+    assert "stages/base.py" in bases["deps"] and "model" in bases["params"][0]["params.yaml"]
 
 
 def test_a_study_of_a_real_model_caches_its_base_and_declares_its_plots(tmp_path):
@@ -515,8 +511,9 @@ def test_a_study_with_its_own_data_and_base_builds_them_in_its_upstream(study_re
 
 @pipeline
 def test_a_study_with_a_base_per_seed_trains_one_for_each_seed(study_repo):
-    """`bases: per_seed`: each seed's upstream trains its own base on the main pipeline's data
-    with model.seed = the seed; that seed's cells and base evaluation read it, and the report
+    """`bases: per_seed` on the main pipeline's data: studies/seed_bases/ trains the base
+    once per seed with model.seed = the seed (shared by every such study); each seed's
+    upstream profiles its base, that seed's cells and base evaluation read it, and the report
     says what the seeds vary and how many bases its cells ran on."""
     from grpo_core.io import digest
 
@@ -526,22 +523,31 @@ def test_a_study_with_a_base_per_seed_trains_one_for_each_seed(study_repo):
     (repo / "studies/seeded").mkdir()
     (repo / "studies/seeded/study.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     dvcfile.write("seeded", repo)
+    assert (repo / "studies/seed_bases/dvc.yaml").exists()
     done = sh(repo, "dvc", "repro", "studies/seeded/dvc.yaml")
+    text = done.stdout + done.stderr
+    for stage in ("seed_bases/dvc.yaml:base@0", "seed_bases/dvc.yaml:base@1"):
+        assert f"Running stage 'studies/{stage}'" in text
     ran = {n.removeprefix("studies/seeded/dvc.yaml:") for n in _ran(done)}
     assert {"upstream@0", "upstream@1", "base@0", "base@1", "cell@short-0", "cell@short-1"} <= ran
-    assert "Running stage 'base'" not in done.stdout + done.stderr  # the main base is untouched
-    up, cells = repo / "studies/seeded/upstream", repo / "studies/seeded/cells"
-    bases = {s: digest(up / f"{s}/models/base") for s in (0, 1)}
+    assert "Running stage 'base'" not in text  # the main pipeline's base is untouched
+    seeded = repo / "studies/seed_bases"
+    bases = {s: digest(seeded / f"{s}/models/base") for s in (0, 1)}
     assert bases[0] != bases[1]  # another SFT seed, another base
-    assert not (up / "0/data").exists()  # the main pipeline's data, linked, not copied
+    cells = repo / "studies/seeded/cells"
     for s in (0, 1):
         run = json.loads((cells / f"short-{s}/run.json").read_text())
         assert run["provenance"]["base"] == bases[s]
         assert run["params"]["model"]["seed"] == s
         assert run["provenance"]["eval_set"] == digest(repo / "data/prepared/eval.parquet")
     report = (repo / "reports/seeded.md").read_text()
-    assert "each seed builds its own base" in report
+    assert "each seed trains from its own base" in report
     assert "2 distinct base(s) recorded over 2 seed(s)" in report
+    # a clone without the cached bases retrains them: the same bits, so no cell reruns
+    sh(repo, "dvc", "repro", "--force", "--single-item", "studies/seed_bases/dvc.yaml:base@1")
+    assert digest(seeded / "1/models/base") == bases[1]
+    again = sh(repo, "dvc", "repro", "studies/seeded/dvc.yaml")
+    assert _ran(again) == set()
     with pytest.raises(ValidationError, match="model.seed"):
         Study.model_validate({**spec, "params": {"model.seed": 3}})
 

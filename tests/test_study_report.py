@@ -524,3 +524,41 @@ def test_a_report_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
         subprocess.run([sys.executable, "-c", code, str(study_dir), str(out)], env=env, check=True)
         outs.append((out / "demo" / "summary.json").read_bytes())
     assert outs[0] == outs[1] == outs[2]
+
+
+def test_the_report_says_what_a_seed_replicates_from_the_bases_the_cells_record(tmp_path):
+    """A shared base: the intervals hold for that base. `bases: per_seed`: they cover the
+    base only when every seed's cells record a base of their own (run.json provenance)."""
+    from grpo_core.studies.results import config_difference, replication
+
+    study_dir = make_study(tmp_path)
+
+    def record(variant: str, seed: int, base: str | None) -> None:
+        run = {"provenance": {"base": base, "eval_set": "e"}} if base else {}
+        (study_dir / "cells" / f"{variant}-{seed}" / "run.json").write_text(json.dumps(run))
+
+    for seed in (0, 1, 2):
+        for variant in ("grpo", "new"):
+            record(variant, seed, "b0")
+    text = replication(load_results(study_dir))
+    assert "on one base, so the intervals hold for that base" in text
+    assert "1 distinct base(s) recorded over 3 seed(s)" in text and "re-run" not in text
+    spec = yaml.safe_load((study_dir / "study.yaml").read_text())
+    (study_dir / "study.yaml").write_text(yaml.safe_dump({**spec, "bases": "per_seed"}))
+    text = replication(load_results(study_dir))  # per seed declared, one base recorded
+    assert "each seed trains from its own base" in text
+    assert "do not yet cover the base's variation" in text
+    for seed in (0, 1, 2):
+        for variant in ("grpo", "new"):
+            record(variant, seed, f"b{seed}")
+    text = replication(load_results(study_dir))
+    assert "3 distinct base(s) recorded over 3 seed(s)" in text and "re-run" not in text
+    record("new", 2, "b9")  # a seed whose two arms ran on different bases: not compared
+    assert "seeds whose cells ran on different bases: [2]" in replication(load_results(study_dir))
+    assert config_difference(load_results(study_dir), "new", "grpo") == (
+        "not compared: new-2 and grpo-2 ran on different base models (b9 and b2; re-run the "
+        "older cell)"
+    )
+    record("new", 2, None)  # a cell from before the record
+    text = replication(load_results(study_dir))
+    assert "1 cell(s) from before the base was recorded" in text and "re-run them" in text

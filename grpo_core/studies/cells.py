@@ -19,7 +19,7 @@ import yaml
 
 from grpo_core.analysis.difficulty import is_correct
 from grpo_core.analysis.evaluation import sample_model, summarize
-from grpo_core.config.core import parse_params
+from grpo_core.config.core import parse_params, read_yaml
 from grpo_core.config.eval import EvaluateStage
 from grpo_core.config.params import Params
 from grpo_core.config.runtime import CHOSEN, process_env, settings
@@ -27,7 +27,7 @@ from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, digest, write_json, write_parquet
 from grpo_core.rewards.shaping import format_reward
-from grpo_core.studies.spec import Study, cell_key
+from grpo_core.studies.spec import SEED_BASES, Study, cell_key, check_params, set_dotted
 
 STEP_METRICS = "metrics/train/plots/metrics"
 # samples: k of avg@k (for the evaluation's own noise); format: the fraction of the k
@@ -51,19 +51,18 @@ def inputs(
     root: Path, study_dir: Path, study: Study, stage: str, seed: int | None = None
 ) -> dict[str, Path]:
     """What a study stage's workspace links (workspace path -> target): the main pipeline's
-    data and base model under `root`, or the study's own from its upstream (`seed`'s, with a
-    base per seed); a cell also links the study's profile and guides, and the upstream stage
-    links the raw data it prepares from (a study with its own data) or the prepared data its
-    base trains on (a base per seed on the main pipeline's data)."""
+    data under `root` or the study's own from its upstream (`seed`'s, with a base per seed);
+    the base model `Study.base_dir` names; a cell also links the study's profile and guides.
+    The upstream stage of a study with its own data links the raw data it prepares from."""
     up = study.upstream_dir(study_dir, seed)
     links = {"configs": root / "configs"}
     if stage == "upstream" and study.own_upstream:
         return links | {"data/raw": root / "data/raw"}
-    if stage == "upstream" and study.builds_base:
-        return links | {"data/prepared": root / "data/prepared"}
     data = up if study.own_upstream else root
-    model = up if study.builds_base else root
-    links |= {"models/base": model / "models/base", "data/prepared": data / "data/prepared"}
+    links |= {
+        "models/base": study.base_dir(root, study_dir, seed),
+        "data/prepared": data / "data/prepared",
+    }
     if stage == "cell":
         links |= {f"data/{f}": up / f for f in ("profile.parquet", "guides.parquet")}
     return links
@@ -202,15 +201,30 @@ def keep_cell(ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict) -
 
 def keep_upstream(ws: Path, out: Path, study: Study) -> None:
     """Write what an upstream stage keeps into the folder `out` (atomically): the profile and
-    the guides, and the study's own prepared data and base model where it built them."""
+    the guides, and the study's own prepared data and base model when it has its own."""
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for name in ("profile.parquet", "guides.parquet"):
             shutil.copy(ws / "data" / name, tmp / name)
         if study.own_upstream:
             shutil.copytree(ws / "data/prepared", tmp / "data/prepared")
-        if study.builds_base:
+        if study.own_upstream:
             shutil.copytree(ws / "models/base", tmp / "models/base")
+
+
+def seed_base(root: Path, seed: int) -> None:
+    """The main pipeline's base trained with model.seed `seed` (params.yaml otherwise), into
+    studies/seed_bases/<seed>/models/base/: the base of that seed for every `bases: per_seed`
+    study on the main pipeline's data."""
+    params = read_yaml(root / "params.yaml")
+    set_dotted(params, "model.seed", seed)
+    check_params(params, f"params.yaml with model.seed {seed}")
+    links = {"configs": root / "configs", "data/prepared": root / "data/prepared"}
+    ws = workspace(root / SEED_BASES, f"base-{seed}", params, links)
+    run_stage("stages.base", ws, root)
+    with atomic_path(root / SEED_BASES / str(seed)) as tmp:
+        shutil.copytree(ws / "models/base", tmp / "models/base")
+    shutil.rmtree(ws)
 
 
 def git_state(root: Path | None = None) -> dict:

@@ -23,7 +23,7 @@ import yaml
 
 from grpo_core.codedeps import closure
 from grpo_core.config.user_reward import USER_REWARDS
-from grpo_core.studies.spec import Study, cell_key, load_study
+from grpo_core.studies.spec import SEED_BASES, Study, cell_key, load_study
 
 # The modules each stage runs: its own command and the pipeline stages it starts.
 RUNS = {
@@ -35,7 +35,7 @@ RUNS = {
         "stages.profile",
         "stages.guide",
     ),
-    "seed_upstream": ("stages.study_cell", "stages.base", "stages.profile", "stages.guide"),
+    "seed_base": ("stages.study_cell", "stages.base"),
     "base": ("stages.study_cell",),
     "cell": ("stages.study_cell", "stages.train", "stages.dynamics"),
     "report": ("stages.study_report",),
@@ -67,23 +67,24 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
     per_seed = study.bases == "per_seed"
     up = f"{d}/upstream/${{item.seed}}" if per_seed else f"{d}/upstream"
     # in git, like the cells: a teammate's clone has it without the cache it ran in; but a
-    # base model the study trains (3 MB for the tiny one, hundreds for a real model, one per
-    # seed with `bases: per_seed`) is cached: portable numerics rebuild it bit for bit
+    # base model the study trains (3 MB for the tiny one, hundreds for a real model) is cached
     upstream_outs: list = [{up: {"cache": False}}]
-    if study.builds_base:
+    if study.own_upstream:
         kept = [f"{up}/{p}" for p in ("data", "profile.parquet", "guides.parquet")]
-        if study.own_upstream:
-            built = {"deps": [*code("own_upstream"), "data/raw"], "read": ["data", "model"]}
-            inputs = {k: [*kept, f"{up}/models"] for k in ("train", "eval")}
-        else:  # a base per seed on the main pipeline's data
-            built = {"deps": [*code("seed_upstream"), "data/prepared"], "read": ["model"]}
-            kept = kept[1:]
-            inputs = {
-                "train": [*kept, f"{up}/models", "data/prepared"],
-                "eval": [f"{up}/models", "data/prepared/eval.parquet"],
-            }
-        upstream = {"deps": [*built["deps"], USER_REWARDS], "read": [*built["read"], *read]}
+        upstream = {
+            "deps": [*code("own_upstream"), "data/raw", USER_REWARDS],
+            "read": ["data", "model", *read],
+        }
         upstream_outs = [{p: {"cache": False}} for p in kept] + [f"{up}/models"]
+        inputs = {k: [*kept, f"{up}/models"] for k in ("train", "eval")}
+    elif study.shares_seed_bases:
+        base = f"{SEED_BASES}/${{item.seed}}"
+        train = "data/prepared/train.parquet"
+        upstream = {"deps": [*code("upstream"), base, train, USER_REWARDS], "read": read}
+        inputs = {
+            "train": [base, train, "data/prepared/eval.parquet", up],
+            "eval": [base, "data/prepared/eval.parquet"],
+        }
     else:
         upstream = {
             "deps": [*code("upstream"), "models/base", "data/prepared/train.parquet", USER_REWARDS],
@@ -196,4 +197,48 @@ def write(name: str, root: Path = Path(".")) -> Path:
     folder = root / "studies" / name
     path = folder / "dvc.yaml"
     path.write_text(render(name, load_study(folder), root))
+    write_seed_bases(root)
+    return path
+
+
+def seed_bases_seeds(root: Path = Path(".")) -> list[int]:
+    """Every seed of every study that shares the bases by seed (`bases: per_seed` on the main
+    pipeline's data)."""
+    seeds: set[int] = set()
+    for path in sorted((root / "studies").glob("*/study.yaml")):
+        study = load_study(path)
+        if study.shares_seed_bases:
+            seeds |= set(study.seeds)
+    return sorted(seeds)
+
+
+def render_seed_bases(seeds: list[int]) -> str:
+    """studies/seed_bases/dvc.yaml: the main pipeline's base trained with each model.seed in
+    `seeds`, cached like the main pipeline's base (portable numerics rebuild it bit for bit)."""
+    stage = {
+        "matrix": {"seed": seeds},
+        "cmd": "python -m stages.study_cell seed_base ${item.seed}",
+        "wdir": "../..",
+        "deps": [*code("seed_base"), "data/params.ok", "data/prepared/train.parquet"],
+        "params": [{"params.yaml": ["numerics", "seed", "model", "reward.code"]}],
+        "outs": [f"{SEED_BASES}/${{item.seed}}"],
+    }
+    head = (
+        "# The tiny world's base by model.seed, shared by every study with `bases: per_seed` on "
+        "the main\n# pipeline's data. Written by `python -m stages.study_report init NAME` from "
+        "the studies' seeds.\n"
+    )
+    return head + yaml.safe_dump({"stages": {"base": stage}}, sort_keys=False, width=100)
+
+
+def write_seed_bases(root: Path = Path(".")) -> Path | None:
+    """Write studies/seed_bases/dvc.yaml for the seeds that need a base; remove it when none
+    does."""
+    path = root / SEED_BASES / "dvc.yaml"
+    seeds = seed_bases_seeds(root)
+    if not seeds:
+        path.unlink(missing_ok=True)
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_seed_bases(seeds))
     return path

@@ -164,25 +164,32 @@ def replication(results: Results) -> str:
             seen.setdefault(seed, set()).add(base)
         else:
             unrecorded += 1
-    if results.study.bases == "per_seed":
+    per_seed = results.study.bases == "per_seed"
+    if per_seed:
         what = (
-            "each seed builds its own base (`model.seed` = the seed: the SFT run again) and sets "
-            "the RL seeds (train.seed, eval.seed), so the intervals cover the base's variation"
+            "each seed trains from its own base (`model.seed` = the seed: the SFT run again) and "
+            "sets the RL seeds (train.seed, eval.seed), so the intervals cover the base's "
+            "variation"
         )
     else:
         what = (
             "each seed sets the RL seeds (train.seed, eval.seed) on one base, so the intervals "
             "hold for that base, not for the recipe that built it"
         )
+    bases = set().union(*seen.values()) if seen else set()
     told = []
     if seen:
-        bases = set().union(*seen.values())
         told.append(f"{len(bases)} distinct base(s) recorded over {len(seen)} seed(s)")
         mixed = sorted(s for s, hashes in seen.items() if len(hashes) > 1)
         if mixed:
             told.append(f"seeds whose cells ran on different bases: {mixed}")
     if unrecorded:
         told.append(f"{unrecorded} cell(s) from before the base was recorded")
+    if per_seed and (unrecorded or len(bases) < len(seen)):
+        told.append(
+            "so these intervals do not yet cover the base's variation: cells made before "
+            "`bases: per_seed` ran on one base; re-run them"
+        )
     return f"What a seed replicates: {what}." + (f" Cells: {'; '.join(told)}." if told else "")
 
 
@@ -191,9 +198,10 @@ def _covered(key: str, overrides: set[str]) -> bool:
 
 
 def config_difference(results: Results, variant: str, baseline: str) -> str | None:
-    """Why two arms cannot be compared: at some seed their cells ran with params that differ
-    beyond what the two variants set (a knob changed between the runs, a cell run before a
-    default moved), named with both values; None when they differ by the variants alone.
+    """Why two arms cannot be compared: at some seed their cells ran on different base models
+    (their recorded content hashes differ), or with params that differ beyond what the two
+    variants set (a knob changed between the runs, a cell run before a default moved), named
+    with both values; None when they differ by the variants alone.
 
     Cells record every resolved param (run.json `params`); a cell from before that record is
     read from what it does record (`resolved`: the train and reward params after the algo
@@ -208,6 +216,13 @@ def config_difference(results: Results, variant: str, baseline: str) -> str | No
         a, b = _run_record(results, variant, seed), _run_record(results, baseline, seed)
         if a is None or b is None:
             continue
+        bases = [r.get("provenance", {}).get("base") for r in (a, b)]
+        if None not in bases and bases[0] != bases[1]:
+            return (
+                f"not compared: {cell_key(variant, seed)} and {cell_key(baseline, seed)} ran on "
+                f"different base models ({bases[0][:12]} and {bases[1][:12]}; re-run the older "
+                "cell)"
+            )
         if "params" in a and "params" in b:
             fa, fb = flatten(a["params"]), flatten(b["params"])
             allowed = overrides

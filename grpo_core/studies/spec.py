@@ -36,6 +36,9 @@ FORBIDDEN = {
 # Sections only the study's `params` may override: they make the study's upstream its own
 # (its own data and base model), which every cell shares.
 UPSTREAM = ("data", "model")
+# The tiny world's bases by seed, which every `bases: per_seed` study on the main pipeline's
+# data shares: studies/seed_bases/<seed>/models/base (stages.study_cell seed_base).
+SEED_BASES = Path("studies/seed_bases")
 
 
 class StudyError(InputError):
@@ -233,9 +236,21 @@ class Study(_Strict):
         return any(_under(key, s) for key in self.params for s in UPSTREAM)
 
     @property
-    def builds_base(self) -> bool:
-        """Whether the study's upstream trains a base (its own, or one per seed)."""
-        return self.own_upstream or self.bases == "per_seed"
+    def shares_seed_bases(self) -> bool:
+        """Whether its bases are the shared ones by seed (`SEED_BASES`): a base per seed on the
+        main pipeline's data and model params, the same for every study that asks for it."""
+        return self.bases == "per_seed" and not self.own_upstream
+
+    def base_dir(self, root: Path, study_dir: Path, seed: int | None) -> Path:
+        """The base model `seed`'s cells train from: the main pipeline's, the study's own
+        (its upstream's), or the shared one of that seed."""
+        if self.shares_seed_bases:
+            if seed is None:
+                raise StudyError(f"{study_dir}: bases: per_seed: a base per seed; name one")
+            return root / SEED_BASES / str(seed) / "models/base"
+        if self.own_upstream:
+            return self.upstream_dir(study_dir, seed) / "models/base"
+        return root / "models/base"
 
     def upstream_dir(self, study_dir: Path, seed: int | None) -> Path:
         """Where the upstream of `seed`'s cells lies: studies/<name>/upstream/, or
