@@ -631,7 +631,7 @@ PASSAGES: list[Passage] = [
         "README.md",
         "`make repro` on a 2-core CPU: {total} from nothing (prepare {prepare}, base {base}, "
         "profile {profile}, guide {guide}, train {train}, dynamics {dynamics}, evaluate "
-        "{evaluate}; `benchmarks/results/numerics.json`); a second `dvc repro` says \"Data and "
+        '{evaluate}; `benchmarks/results/numerics.json`); a second `dvc repro` says "Data and '
         'pipelines are up to date." in about {noop} s.',
         _timings,
         NUMERICS,

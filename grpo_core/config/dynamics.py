@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from grpo_core.config.core import PositiveFloat, PositiveInt, Section, StageParams
-from grpo_core.config.runtime import Numerics
+from grpo_core.config.runtime import Numerics, Threads
 
 
 class DynamicsParams(Section):
@@ -39,4 +39,5 @@ class DynamicsStage(StageParams):
     """What `dynamics` reads: no seed (its randomized SVD seeds itself)."""
 
     numerics: Numerics = "portable"
+    threads: Threads = 2
     dynamics: DynamicsParams = DynamicsParams()

@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 from grpo_core.config.code_reward import ScoringRewardView
 from grpo_core.config.core import PositiveFloat, PositiveInt, Seed, StageParams
-from grpo_core.config.runtime import Numerics
+from grpo_core.config.runtime import Numerics, Threads
 from grpo_core.config.sampling import SamplingParams
 
 
@@ -37,6 +37,7 @@ class EvaluateStage(StageParams):
     """What `evaluate` reads."""
 
     numerics: Numerics = "portable"
+    threads: Threads = 2
     seed: Seed = 0
     eval: EvalParams = EvalParams()
     reward: ScoringRewardView = ScoringRewardView()

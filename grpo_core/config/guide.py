@@ -6,7 +6,7 @@ from pydantic import Field
 
 from grpo_core.config.code_reward import ScoringRewardView
 from grpo_core.config.core import Fractions, Seed, StageParams
-from grpo_core.config.runtime import Numerics
+from grpo_core.config.runtime import Numerics, Threads
 from grpo_core.config.sampling import SamplingParams
 
 
@@ -27,6 +27,7 @@ class GuideStage(StageParams):
     """What `guide` reads."""
 
     numerics: Numerics = "portable"
+    threads: Threads = 2
     seed: Seed = 0
     guide: GuideParams = GuideParams()
     reward: ScoringRewardView = ScoringRewardView()

@@ -18,7 +18,7 @@ from grpo_core.config.core import (
     StageParams,
     TinyLevel,
 )
-from grpo_core.config.runtime import Numerics
+from grpo_core.config.runtime import Numerics, Threads
 
 
 class TinyModelParams(Section):
@@ -159,6 +159,7 @@ class BaseStage(StageParams):
     """What `base` reads (`reward.code`: how the calibration probe checks code)."""
 
     numerics: Numerics = "portable"
+    threads: Threads = 2
     seed: Seed = 0
     model: ModelParams = ModelParams()
     reward: CodeRewardView = CodeRewardView()

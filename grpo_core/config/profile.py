@@ -7,7 +7,7 @@ from pydantic import Field
 
 from grpo_core.config.code_reward import ScoringRewardView
 from grpo_core.config.core import PositiveInt, Seed, StageParams
-from grpo_core.config.runtime import Numerics
+from grpo_core.config.runtime import Numerics, Threads
 from grpo_core.config.sampling import SamplingParams
 from grpo_core.config.selection import TrainSelectionView
 
@@ -28,6 +28,7 @@ class ProfileStage(StageParams):
     """What `profile` reads."""
 
     numerics: Numerics = "portable"
+    threads: Threads = 2
     seed: Seed = 0
     profile: ProfileParams = ProfileParams()
     train: TrainSelectionView = TrainSelectionView()

@@ -4,10 +4,14 @@ how many threads.
 A float32 run's bits depend on the kernels the CPU dispatches to: ATen picks its vector width
 (AVX2 or AVX-512) by CPU, MKL its GEMM branch by CPU and thread count. Training amplifies a
 difference in the last bit into another model: the tiny base built on three machines from the
-same commit scored 39%, 47% and 92% at level 3. `numerics: portable` pins every such choice
-(`PORTABLE_ENV`), so a run gives the same bits on every x86-64 CPU with AVX2, Intel or AMD, at
-any thread count (benchmarks/results/numerics.md); `native` lets each CPU take its fastest
-kernels, and the outputs then differ by CPU and by `threads`.
+same commit scored 39%, 47% and 92% at level 3. `numerics: portable` pins every choice made by
+CPU (`PORTABLE_ENV`), so a run gives the same bits on every x86-64 CPU with AVX2, Intel or AMD,
+at the same `threads`; `native` lets each CPU take its fastest kernels, and the outputs then
+differ by CPU. Under either the thread count is part of the computation: MKL's strict mode,
+which makes a GEMM independent of it, covers only its Intel-only AVX2 and AVX-512 branches,
+not the vendor-neutral COMPATIBLE one (measured: a 16 x 128 x 30 GEMM, the tiny model's LM
+head at a decode step, differs between 1 and 2 threads), so `threads` is every torch stage's
+dependency (benchmarks/results/numerics.md).
 
 The settings are environment variables that torch, MKL and oneDNN read when they load, so
 `apply` runs when the `stages` package is imported (stages/__init__.py), before any of them.
@@ -26,28 +30,32 @@ Numerics = Annotated[
     Literal["portable", "native"],
     Field(
         description="portable: the kernels every x86-64 CPU with AVX2 runs alike (ATen's AVX2 "
-        "kernels, MKL's vendor-neutral CNR branch in strict mode, oneDNN capped at AVX2), so "
-        "the same commit and params give the same bits on any such CPU and at any `threads`: "
-        "a run made elsewhere is this run (benchmarks/results/numerics.md). native: each "
-        "CPU's fastest kernels (AVX-512, AMX for bfloat16), and outputs that differ by CPU and "
-        "thread count. Every stage that computes with torch reads it.",
+        "kernels, MKL's vendor-neutral CNR branch, oneDNN capped at AVX2), so the same commit "
+        "and params, `threads` included, give the same bits on any such CPU: a run made "
+        "elsewhere is this run (benchmarks/results/numerics.md). native: each CPU's fastest "
+        "kernels (AVX-512, AMX for bfloat16), and outputs that differ by CPU. Every stage "
+        "that computes with torch reads it.",
     ),
 ]
 Threads = Annotated[
     int,
     Field(
         gt=0,
-        description="torch's intra-op threads in every stage (OMP_NUM_THREADS). Under "
-        "`numerics: portable` the outputs are the same at any count (tested), so it is no "
-        "stage's dependency: set it to the cores the machine can spare; another job on the "
+        description="torch's intra-op threads in every stage (OMP_NUM_THREADS). MKL splits "
+        "its sums by it, so the outputs depend on it under either `numerics` (a 1-thread "
+        "rebuild of the default run gave the same base and another policy, equal to float "
+        "rounding: benchmarks/results/numerics.md), and every torch stage depends on it: keep "
+        "it to reproduce a run, change it to rerun faster on more cores. Another job on the "
         "same cores slows a stage several times over (issue 39: 2 threads beside another job "
         "ran SFT at 553-784 ms a step against 157-174 ms with 1).",
     ),
 ]
 
 # What `portable` sets. MKL's AVX2 branch is Intel-only (on an AMD CPU MKL silently falls back
-# to its CPU-specific branch); COMPATIBLE is the branch both vendors run alike, and STRICT makes
-# its GEMM independent of the thread count.
+# to its CPU-specific branch); COMPATIBLE is the branch both vendors run alike. STRICT would
+# make a GEMM independent of the thread count on the AVX2 and AVX-512 branches only: on
+# COMPATIBLE MKL runs standard CNR (the same bits at a fixed thread count), and the flag stays
+# for the CPUs where it applies.
 PORTABLE_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "MKL_CBWR": "COMPATIBLE,STRICT",

@@ -20,7 +20,7 @@ from grpo_core.config.core import (
 )
 from grpo_core.config.launch import Launch
 from grpo_core.config.reward import RewardParams
-from grpo_core.config.runtime import Numerics
+from grpo_core.config.runtime import Numerics, Threads
 from grpo_core.config.selection import TrainSelection
 
 
@@ -417,6 +417,7 @@ class TrainStage(TrainChecks):
     """What `train` reads."""
 
     numerics: Numerics = "portable"
+    threads: Threads = 2
     seed: Seed = 0
     algo: Algo = "grpo"
     train: TrainParams = TrainParams()

@@ -61,8 +61,8 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
     train.csv under `root`)."""
     d = f"studies/{name}"
     read = [
-        "numerics", "seed", "profile", "guide", "train.levels", "train.domains", "reward.code",
-        "reward.function",
+        "numerics", "threads", "seed", "profile", "guide", "train.levels", "train.domains",
+        "reward.code", "reward.function",
     ]  # fmt: skip
     per_seed = study.bases == "per_seed"
     up = f"{d}/upstream/${{item.seed}}" if per_seed else f"{d}/upstream"
@@ -120,7 +120,7 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
             "wdir": "../..",
             "deps": [*code("base"), *inputs["eval"], USER_REWARDS],
             "params": [
-                {"params.yaml": ["numerics", "eval", "reward.code", "reward.function"]},
+                {"params.yaml": ["numerics", "threads", "eval", "reward.code", "reward.function"]},
                 {f"{d}/study.yaml": ["params"]},
             ],
             "outs": [{f"{d}/base/${{item.seed}}": {"cache": False}}],
@@ -134,7 +134,8 @@ def render(name: str, study: Study, root: Path = Path(".")) -> str:
             "params": [
                 {
                     "params.yaml": [
-                        "numerics", "algo", "launch", "train", "reward", "dynamics", "eval",
+                        "numerics", "threads", "algo", "launch", "train", "reward", "dynamics",
+                        "eval",
                     ]  # fmt: skip
                 },
                 {f"{d}/study.yaml": ["params", "budget", "variants.${item.variant}"]},
@@ -220,7 +221,7 @@ def render_seed_bases(seeds: list[int]) -> str:
         "cmd": "python -m stages.study_cell seed_base ${item.seed}",
         "wdir": "../..",
         "deps": [*code("seed_base"), "data/params.ok", "data/prepared/train.parquet"],
-        "params": [{"params.yaml": ["numerics", "seed", "model", "reward.code"]}],
+        "params": [{"params.yaml": ["numerics", "threads", "seed", "model", "reward.code"]}],
         "outs": [f"{SEED_BASES}/${{item.seed}}"],
     }
     head = (

@@ -171,6 +171,11 @@ def replication(results: Results) -> str:
             "sets the RL seeds (train.seed, eval.seed), so the intervals cover the base's "
             "variation"
         )
+    elif results.study.real_model:
+        what = (
+            "each seed sets the RL seeds (train.seed, eval.seed) on the one pretrained base, "
+            "which no seed changes"
+        )
     else:
         what = (
             "each seed sets the RL seeds (train.seed, eval.seed) on one base, so the intervals "
