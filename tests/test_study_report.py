@@ -556,9 +556,15 @@ def test_the_report_says_what_a_seed_replicates_from_the_bases_the_cells_record(
     record("new", 2, "b9")  # a seed whose two arms ran on different bases: not compared
     assert "seeds whose cells ran on different bases: [2]" in replication(load_results(study_dir))
     assert config_difference(load_results(study_dir), "new", "grpo") == (
-        "not compared: new-2 and grpo-2 ran on different base models (b9 and b2; re-run the "
-        "older cell)"
+        "not compared: new-2 and grpo-2 may have run on different base models (b9 and b2; "
+        "re-run the older cell)"
     )
-    record("new", 2, None)  # a cell from before the record
+    record("new", 2, None)  # a cell from before the record, beside one that records its base
     text = replication(load_results(study_dir))
     assert "1 cell(s) from before the base was recorded" in text and "re-run them" in text
+    assert config_difference(load_results(study_dir), "new", "grpo") == (
+        "not compared: new-2 and grpo-2 may have run on different base models (none recorded "
+        "and b2; re-run the older cell)"
+    )
+    record("grpo", 2, None)  # two cells of the same era: compared on their params alone
+    assert config_difference(load_results(study_dir), "new", "grpo") is None

@@ -222,11 +222,11 @@ def config_difference(results: Results, variant: str, baseline: str) -> str | No
         if a is None or b is None:
             continue
         bases = [r.get("provenance", {}).get("base") for r in (a, b)]
-        if None not in bases and bases[0] != bases[1]:
+        if bases[0] != bases[1]:
+            named = " and ".join((h or "none recorded")[:13] for h in bases)
             return (
-                f"not compared: {cell_key(variant, seed)} and {cell_key(baseline, seed)} ran on "
-                f"different base models ({bases[0][:12]} and {bases[1][:12]}; re-run the older "
-                "cell)"
+                f"not compared: {cell_key(variant, seed)} and {cell_key(baseline, seed)} may "
+                f"have run on different base models ({named}; re-run the older cell)"
             )
         if "params" in a and "params" in b:
             fa, fb = flatten(a["params"]), flatten(b["params"])
