@@ -44,6 +44,15 @@ def test_every_study_dvc_yaml_is_its_template(name):
     )
 
 
+def test_the_seed_bases_dvc_yaml_covers_every_per_seed_studys_seeds():
+    """studies/seed_bases/dvc.yaml is generated too, over the seeds of every study with
+    `bases: per_seed` on the main pipeline's data (the tiny-world studies: 0-6)."""
+    seeds = dvcfile.seed_bases_seeds(ROOT)
+    assert seeds == list(range(7))
+    written = (ROOT / "studies/seed_bases/dvc.yaml").read_text()
+    assert written == dvcfile.render_seed_bases(seeds), "stale: python -m stages.study_report init"
+
+
 def test_the_code_manifest_is_md5sum_of_the_files_a_command_runs(tmp_path):
     """grpo_core.errors imports nothing of ours: it runs itself and its package's __init__.
     `md5sum -c` checks the manifest's format and every hash, independently of our code."""

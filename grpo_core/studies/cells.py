@@ -208,7 +208,6 @@ def keep_upstream(ws: Path, out: Path, study: Study) -> None:
             shutil.copy(ws / "data" / name, tmp / name)
         if study.own_upstream:
             shutil.copytree(ws / "data/prepared", tmp / "data/prepared")
-        if study.own_upstream:
             shutil.copytree(ws / "models/base", tmp / "models/base")
 
 
