@@ -24,7 +24,11 @@ PACKAGES = ("grpo_core", "stages")
 # Files a stage runs without importing them: scripts started in the sandbox's child process
 # (its boot, and the code reward's test harness).
 RUN_NOT_IMPORTED = {
-    "grpo_core/rewards/code.py": {"grpo_core/rewards/sandbox_harness.py"},
+    "grpo_core/rewards/code.py": {
+        "grpo_core/rewards/plain.py",
+        "grpo_core/rewards/code_runner.py",
+        "grpo_core/rewards/code_tester.py",
+    },
     "grpo_core/rewards/sandbox.py": {"grpo_core/rewards/sandbox_boot.py"},
 }
 

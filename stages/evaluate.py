@@ -1,11 +1,14 @@
 """evaluate: params `eval`, `reward.code`, `seed`, models/base, models/policy, the eval split
--> metrics/eval.json, metrics/eval_by_level.csv (plot), data/eval_samples.parquet (every
-sampled and greedy completion with its reward)"""
+and its sources -> metrics/eval.json (with each real benchmark's provenance and licence),
+metrics/eval_by_level.csv (plot), data/eval_samples.parquet (every sampled and greedy
+completion with its reward)"""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -18,6 +21,7 @@ from stages.common import main
 
 MODELS = {"base": "models/base", "policy": "models/policy"}
 EVAL_SET = "data/prepared/eval.parquet"
+SOURCES = "data/prepared/sources.json"
 
 
 def provenance() -> dict[str, str]:
@@ -57,7 +61,10 @@ def evaluate(params: EvaluateStage) -> None:
                     writer.writerow([source, level, m, round(metrics[m][source][key], 4)])
     with atomic_path("metrics/eval_by_level.csv") as tmp:
         tmp.write_text(buf.getvalue())
-    write_json({**metrics, "provenance": provenance()}, "metrics/eval.json")
+    sources = json.loads(Path(SOURCES).read_text())[
+        "eval"
+    ]  # the real benchmarks: where, and under which licence
+    write_json({**metrics, "provenance": provenance(), "benchmarks": sources}, "metrics/eval.json")
     write_parquet(pa.Table.from_pylist(samples), "data/eval_samples.parquet")
     print(format_table(metrics))
 

@@ -12,14 +12,13 @@ base model and holds the merged params.yaml (grpo_core.studies.cells): small res
   models/base/ there too; with `bases: per_seed`, per seed into STUDY_DIR/upstream/SEED/;
 - seed_base -> studies/seed_bases/SEED/models/base/: the bases of `bases: per_seed` studies on
   the main pipeline's data (one per seed, shared by every such study; in the DVC cache);
-- base -> STUDY_DIR/base/SEED/ (questions.parquet, eval.json) and STUDY_DIR/base/SEED.json;
+- base -> STUDY_DIR/base/SEED/ (questions, completions, eval.json) and STUDY_DIR/base/SEED.json;
 - cell -> STUDY_DIR/cells/VARIANT-SEED/ (questions.parquet: per-question avg@k and greedy;
-  train.csv: the step metrics; dynamics/*.csv; run.json: every resolved param, the git state,
-  the base and eval set's hashes, last-step metrics) and STUDY_DIR/cells/VARIANT-SEED.json
-  (its summary, a DVC metrics file: accuracy by level, rollouts, steps, wall time, dynamics).
-
-Results are kilobytes, in git (`cache: false`). A killed cell keeps its workspace: rerun, its
-train stage resumes. A study's own `numerics` param holds (cells.restart_under)."""
+  completions.parquet: each eval completion, its reward; train.csv: step metrics; dynamics/;
+  run.json: every resolved param, git state, base and eval set hashes, last-step metrics) and
+  STUDY_DIR/cells/VARIANT-SEED.json (its summary, a DVC metrics file: accuracy by level,
+  rollouts, steps, wall time, dynamics). Results are small, in git (`cache: false`). A killed
+cell keeps its workspace: rerun, and train resumes. Its `numerics` holds (restart_under)."""
 
 from __future__ import annotations
 
@@ -60,12 +59,13 @@ def base(study_dir: Path, seed: int) -> None:
     check_params(params, f"{study_dir}/study.yaml params")
     home = cells.inputs(ROOT, study_dir, study, "base", seed)
     start = time.perf_counter()
-    table, metrics = cells.score(
+    table, metrics, samples = cells.score(
         home["models/base"], home["data/prepared"] / "eval.parquet", params, "base"
     )
     with atomic_path(study_dir / "base" / str(seed)) as tmp:
         tmp.mkdir()
         write_parquet(table, tmp / "questions.parquet")
+        write_parquet(samples, tmp / "completions.parquet")
         write_json(metrics, tmp / "eval.json")
     wall = {"wall_s": round(time.perf_counter() - start, 1)}
     write_json(cells.accuracy_summary(table) | wall, study_dir / f"base/{seed}.json")
@@ -82,12 +82,12 @@ def cell(study_dir: Path, variant: str, seed: int) -> None:
         "dynamics": cells.run_stage("stages.dynamics", ws, ROOT),
     }
     start = time.perf_counter()
-    table, metrics = cells.score(
+    table, metrics, samples = cells.score(
         ws / "models/policy", ws / "data/prepared/eval.parquet", params, "policy"
     )
     wall["evaluate"] = time.perf_counter() - start
     wall["total"] = sum(wall.values())
-    summary = cells.keep_cell(ws, study_dir / "cells" / key, table, metrics, wall)
+    summary = cells.keep_cell(ws, study_dir / "cells" / key, table, metrics, wall, samples)
     write_json(summary, study_dir / "cells" / f"{key}.json")
     shutil.rmtree(ws)
     print(

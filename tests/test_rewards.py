@@ -1,14 +1,28 @@
 """The verifiers on tables of replies: equivalent forms must score 1, near-misses 0."""
 
+import dataclasses
+import json
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from grpo_core.config.reward import RewardWeights
+from grpo_core.data.prompts import mcq_prompt
 from grpo_core.rewards import shaping
-from grpo_core.rewards.math import answer_span, gold_is_number, last_boxed, math_reward, numeral
-from grpo_core.rewards.mcq import mcq_answer, mcq_reward
+from grpo_core.rewards.math import (
+    answer_span,
+    gold_is_number,
+    gold_is_scientific,
+    halfwidth,
+    last_boxed,
+    math_reward,
+    numeral,
+    statement_value,
+    statements,
+    unboxed,
+)
+from grpo_core.rewards.mcq import mcq_answer, mcq_reward, option_letters
 from grpo_core.rewards.shaping import (
     SHAPING_TERMS,
     Completions,
@@ -62,8 +76,14 @@ MATH_TABLE = [
     (f"{B}{{2\\pi}}", "2\\pi", 1.0),
     (f"{B}{{\\infty}}", "\\infty", 1.0),
     (f"{B}{{1,000}}", "1000", 1.0),
-    (f"{B}{{10^3}}", "1000", 1.0),
     (f"{B}{{4.5\\times10^{{33}}}}", "4.5e33", 1.0),  # scientific notation as data sets write it
+    (f"{B}{{10^3}}", "10^{3}", 1.0),  # ... where the gold is written in it
+    (f"{B}{{1000}}", "10^{3}", 1.0),
+    (f"{B}{{2\\frac{{1}}{{4}}}}", "2.25", 1.0),  # a mixed number
+    (f"{B}{{1\\,000}}", "1000", 1.0),  # a thin space between digit groups
+    (f"{B}{{85.}}", "85", 1.0),
+    (f"{B}{{85\\text{{ cm}}^{{2}}}}", "85", 1.0),
+    (f"{B}{{84{B}{{85}}}}", "8485", 1.0),  # a box in a box reads in place, as written
     (
         f"{B}{{\\begin{{pmatrix}}1\\\\2\\end{{pmatrix}}}}",
         "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
@@ -83,6 +103,12 @@ MATH_TABLE = [
     (f"{B}{{\\frac{{6}}{{8}}}}", "0.75", 1.0),  # an unreduced fraction is still a number
     # near-misses
     (f"{B}{{(1,2]}}", "[1,2)", 0.0),
+    # scientific notation against a plain gold is a power left to evaluate (was credited)
+    (f"{B}{{10^3}}", "1000", 0.0),
+    (f"{B}{{2e3}}", "2000", 0.0),
+    (f"{B}{{84{B}{{85}}}}", "85", 0.0),  # not the inner box
+    ("The answer is 84 because 47+38=85.", "85", 0.0),  # the stated 84, not the 85
+    ("Final answer: 84\nFinal answer: 85", "85", 0.0),  # statements that disagree: a hedge
     (f"{B}{{(2,1)}}", "(1, 2)", 0.0),
     (f"{B}{{0.333}}", "\\frac{1}{3}", 0.0),
     (f"{B}{{3}}", "3.0001", 0.0),
@@ -134,7 +160,16 @@ MCQ_TABLE = [
     # no letter committed to
     ("Answer: K", "A", 0.0),  # K is past the ten options
     ("Answer: Apples", "A", 0.0),
-    ("answer: b", "B", 0.0),  # the letter must be a capital, as in simple-evals
+    ("answer: b", "B", 1.0),  # a lower-case letter on its own (was refused)
+    ("The answer is C", "C", 1.0),
+    ("The correct answer is C.", "C", 1.0),
+    ("Answer: Option C", "C", 1.0),
+    ("Final Answer: The final answer is $\\boxed{C}$", "C", 1.0),
+    ("The correct answer is D) 95 g", "D", 1.0),  # SmolLM2: the letter, then its option
+    ("Answer: A is wrong, so B", "A", 0.0),  # negated: neither letter
+    ("Answer: A is wrong, so B", "B", 0.0),
+    ("The answer is not A", "A", 0.0),
+    ("The answer is a prime", "A", 0.0),  # a lower-case letter before prose is an article
     ("I think it is B", "B", 0.0),
     ("", "A", 0.0),
 ]
@@ -272,6 +307,14 @@ def test_every_shaping_term_has_its_weight_and_a_new_one_is_summed(monkeypatch):
         ("\\text{85}", "85"),
         ("85 apples", "85"),
         ("\\textbf{85}", "85"),
+        ("2\\frac{1}{4}", "2\\frac{1}{4}"),  # a mixed number
+        ("1\\,000", "1,000"),  # a thin space between digit groups
+        ("1\\,000\\,000", "1,000,000"),
+        ("85\\text{ cm}^{2}", "85"),  # a unit with its exponent
+        ("85 cm^2", "85"),
+        ("85 (eighty-five)", "85"),  # a parenthesised word
+        ("\\angle A = 30^\\circ", "30"),  # a name on the left
+        ("x_1 = 3", "3"),  # a subscript is part of the name
         # expressions, hedges, lists: not numbers
         ("47+38", None),
         ("6 \\times 7", None),
@@ -281,6 +324,12 @@ def test_every_shaping_term_has_its_weight_and_a_new_one_is_summed(monkeypatch):
         ("\\frac{84}{2}", None),
         ("\\frac{1}{0}", None),
         ("85 = 47+38", None),
+        ("x = 47+38 = 85", None),  # a number on the left: working, not an answer
+        ("84 \\text{ because } 47+38=85", None),
+        ("2\\frac{5}{4}", None),  # a mixed number's fraction must be proper
+        ("2\\frac{4}{4}", None),
+        ("1 000", None),  # a plain space separates two numbers
+        ("eighty-five", None),
         ("84 or 85", None),
         ("84, 85", None),
         ("\\sqrt{2}", None),
@@ -307,9 +356,114 @@ def test_a_gold_fraction_that_reduces_is_still_a_number():
         ("\\boxed{85", None),  # unterminated
         ("The answer is 85.", "85"),
         ("The final answer is: $\\frac{1}{2}$.", "\\frac{1}{2}"),
-        ("Answer: 12\nThe answer is 13", "13"),  # the last statement
+        ("Answer: 12\nThe answer is 13", None),  # statements that disagree (was 13)
+        ("Answer: 13\nThe answer is 13.", "13"),  # statements that agree
+        ("The answer is unclear.\nAnswer: 13", "13"),  # a statement with no value is not one
+        ("Final Answer: The final answer is $13$", "13"),  # a repeated statement
+        ("The answer is ８５.", "85"),  # full-width digits
         ("We get 85.", None),  # no anchor, no box
     ],
 )
 def test_answer_span(completion, span):
     assert answer_span(completion) == span
+
+
+def test_scientific_notation_is_a_number_only_where_the_gold_is_written_in_it():
+    for sci in ("10^3", "10^{3}", "2\\times10^{3}", "2 \\cdot 10^3", "2e3"):
+        assert numeral(sci) is not None and numeral(sci, scientific=False) is None
+    assert numeral("2000", scientific=False) == "2000"
+    assert gold_is_scientific("4.5e33") and gold_is_scientific("10^{3}")
+    assert not gold_is_scientific("1000") and not gold_is_scientific("2\\pi")
+
+
+@pytest.mark.parametrize(
+    ("rest", "value"),
+    [
+        ("85", "85"),
+        ("85.", "85"),  # a sentence end
+        ("85 dollars.", "85"),  # the first word of prose ends the answer
+        ("85, which is the sum.", "85"),
+        ("85 (eighty-five).", "85"),
+        ("**85** apples", "85"),
+        ("84 because 47+38=85.", "84"),  # the stated answer, not the equation after it
+        ("4721 + 3865.", "4721 + 3865"),
+        ("x = 3 because ...", "x = 3"),  # one letter is a variable, not prose
+        ("2\\sqrt{3} in all", "2\\sqrt{3}"),  # a command's name is not prose
+        ("\\text{85 cm}", "\\text{85 cm}"),  # words inside braces are not prose
+        ("$\\frac{1}{2}$ since 2 halves make 1", "\\frac{1}{2}"),  # the first math segment
+        ("$85 dollars", "$85"),  # a currency sign, not a math segment
+        ("84 or 85.", "84 or 85"),  # a hedge stays whole
+        ("either 85 or 86", "either 85 or 86"),
+        ("$84$ or $85$.", "$84$ or $85$"),
+        ("in the reference solution above.", None),  # no answer before the prose
+        ("", None),
+    ],
+)
+def test_statement_value(rest, value):
+    assert statement_value(rest) == value
+
+
+def test_statements_read_each_line_from_its_first_anchor_through_a_repeated_one():
+    text = "Answer: 12\nworking\nFinal Answer: The final answer is $\\boxed{C}$\nThe answer: **7**"
+    assert statements(text) == ["12", "$\\boxed{C}$", "7**"]
+    assert statements("no statement here") == []
+
+
+def test_boxes_inside_boxes_read_in_place_and_full_width_reads_as_ascii():
+    assert unboxed("84\\boxed{85}") == "8485"
+    assert unboxed("\\boxed{\\boxed{7}} and \\fbox{x}") == "7 and x"
+    assert unboxed("\\boxed{open") == "\\boxed{open"  # unterminated: left as it is
+    assert halfwidth("８５：Ｃ\u3000ｘ") == "85:C x"
+
+
+def test_option_letters_are_read_from_the_prompt():
+    assert option_letters("A) 65 B) 75 C) 85 D) 95\nQ: mass in g: 47+38=?\nA: ") == "ABCD"
+    assert option_letters(mcq_prompt("Which?", ["x", "y", "z", "w", "v"])) == "ABCDE"
+    assert option_letters("What is 2+2?") == ""
+    assert option_letters("A) only one") == ""  # fewer than two options
+    assert option_letters("A) x B) y D) z") == "AB"  # consecutive from A
+
+
+@pytest.mark.parametrize(
+    "domain, completion, answer, prompt, expected",
+    [
+        ("math", f"{B}{{}}", "85", None, 0.0),  # an empty box
+        ("math", f"{B}{{?}}", "85", None, 0.0),
+        ("math", f"{B}{{\\text{{ ? }}}}", "85", None, 0.0),
+        ("math", f"{B}{{\\ldots}}", "85", None, 0.0),
+        ("math", f"{B}{{x}}", "85", None, 1.0),
+        ("math", f"{B}{{\\infty}}", "85", None, 1.0),
+        ("math", f"{B}{{\\text{{no}}}}", "85", None, 1.0),  # a word answer is an answer
+        ("math", f"{B}{{８５}}", "85", None, 1.0),
+        ("mcq", "Answer: D", "A", "A) 1 B) 2 C) 3 D) 4\nQ: ?", 1.0),
+        ("mcq", "Answer: E", "A", "A) 1 B) 2 C) 3 D) 4\nQ: ?", 0.0),  # past the options
+        ("mcq", "Answer: J", "A", "What is 2+2?", 1.0),  # the prompt lists none: A-J
+        ("mcq", "Answer: J", "A", None, 1.0),
+    ],
+)
+def test_format_reward_pays_a_real_answer_only(domain, completion, answer, prompt, expected):
+    assert format_reward(domain, completion, answer, prompt) == expected
+
+
+def test_format_reward_of_code_reads_the_program_the_verifier_runs():
+    prefix = 'def f(x):\n    """Add one."""\n'
+    answer = json.dumps({"entry_point": "f", "tests": ["assert f(1) == 2"], "prefix": prefix})
+    assert format_reward("code", "    return x + 1\n", answer) == 1.0  # the body, continued
+    assert format_reward("code", "def f(x):\n    return x + 1", answer) == 1.0  # rewritten
+    assert format_reward("code", "", answer) == 0.0  # the prefix alone: only a docstring
+    assert format_reward("code", "print(f(1))", answer) == 0.0  # top-level code, no body
+    assert format_reward("code", "    return (", answer) == 0.0  # does not parse
+    none = json.dumps({"entry_point": None, "tests": ["assert g() == 1"]})
+    assert format_reward("code", "def g():\n    return 1", none) == 1.0
+    assert format_reward("code", "class G:\n    pass", none) == 1.0
+    assert format_reward("code", "print(1)", none) == 0.0  # defines nothing
+    assert format_reward("code", "", none) == 0.0
+
+
+def test_the_format_term_reads_each_completion_s_prompt():
+    prompt = "A) 1 B) 2 C) 3 D) 4\nQ: ?"
+    texts = ["Answer: B", "Answer: J", "Answer: J"]
+    c = Completions(["mcq"] * 3, texts, ["B"] * 3, torch.tensor([1, 1, 1]), 10, 4)
+    torch.testing.assert_close(SHAPING_TERMS["format"].values(c), torch.tensor([1.0, 1.0, 1.0]))
+    c = dataclasses.replace(c, prompts=[prompt, prompt, "no options listed"])
+    torch.testing.assert_close(SHAPING_TERMS["format"].values(c), torch.tensor([1.0, 0.0, 1.0]))

@@ -414,11 +414,12 @@ FAKES = {
 }
 
 
-# What must be on the result pipe after the attack: proof that it was carried out.
-FORGED = {
-    "forged-results-on-fds": b'{"i": 0, "v": 3}',
-    "stolen-nonce": b'"i": 0, "ok": true}',
-    "patched-harness": b'{"ok": true, "n": ',
+# Proof that the attack ran (on the program's stdout or stderr), never on the result pipe:
+# the program's process does not hold it, nor the nonce, nor the tester's state.
+RAN = {
+    "forged-results-on-fds": ("stdout", b'{"i": 0, "v": 3}'),
+    "stolen-nonce": ("stderr", b"KeyError: 'nonce'"),
+    "fake-pass-lines": ("stdout", b"ALL TESTS PASSED"),
 }
 
 
@@ -426,7 +427,11 @@ FORGED = {
 def test_fake_pass_earns_nothing(name):
     check = hostile(textwrap.dedent(FAKES[name]))
     assert check.passed == (False, False, False)
-    assert FORGED.get(name, b"") in check.sandbox.channel
+    if name in RAN:
+        stream, text = RAN[name]
+        assert text in getattr(check.sandbox, stream)
+    for line in check.sandbox.channel.splitlines():  # the tester's lines only
+        assert json.loads(line)["n"] != "0" * 32 and b'"ok":true' not in line
 
 
 def test_patched_builtins_do_not_reach_the_tests():
@@ -442,7 +447,7 @@ def test_patched_builtins_do_not_reach_the_tests():
     """
     check = hostile(textwrap.dedent(code), answer)
     assert check.passed == (False, False)
-    assert b'"i":0,"v":false' in check.sandbox.channel  # it ran, with the true abs
+    assert b'"i":0,"error":"AssertionError"' in check.sandbox.channel  # with the true abs
 
 
 def test_fake_objects_cannot_steer_a_tolerance_check():

@@ -139,3 +139,25 @@ def test_the_example_pays_less_for_a_solved_answer_the_longer_it_runs(repo):
     assert score("math", "x" * 790 + solved, "85") == pytest.approx(0.75)  # 800 chars: 400 over
     assert score("math", "x" * 5000 + solved, "85") == pytest.approx(0.5)
     assert score("math", "\\boxed{84}", "85") == 0.0
+
+
+def test_a_function_that_calls_the_verifiers_keeps_reward_code():
+    # reward.code.binary and the sandbox limits apply where the user's function calls the
+    # built-in verifiers without a config of its own.
+    from grpo_core.rewards.code import CodeRewardConfig
+
+    answer = '{"entry_point": "f", "tests": ["assert f(2) == 4", "assert f(3) == 9"]}'
+    program = "def f(x):\n    return 4\n"  # passes one of two, no trivial program does
+
+    def mine(domain, completion, gold):
+        return verify_batch([domain], [completion], [gold])[0]
+
+    def score(code):
+        return verify_batch(["code"], [program], [answer], code, function=mine)
+
+    assert score(CodeRewardConfig(workers=1)) == [0.5]
+    assert score(CodeRewardConfig(workers=1, binary=True)) == [0.0]
+    slow = "import time\ntime.sleep(1.5)\n" + program
+    assert verify_batch(["code"], [slow], [answer], function=mine) == [0.5]  # 5 s by default
+    short = CodeRewardConfig(workers=1, timeout_s=0.5)
+    assert verify_batch(["code"], [slow], [answer], short, function=mine) == [0.0]

@@ -8,7 +8,7 @@ from tqdm.auto import tqdm
 from grpo_core.algorithms.losses import masked_mean
 from grpo_core.config.sampling import SamplingParams
 from grpo_core.config.user_reward import RewardFunction
-from grpo_core.rewards.code import CodeRewardConfig
+from grpo_core.rewards.code import CodeRewardConfig, active_code_config
 from grpo_core.rewards.verify import final_answer, verify_batch
 from grpo_core.rollout.sampler import generate
 from grpo_core.rollout.scoring import score_rollouts
@@ -54,12 +54,15 @@ def sample_problems(
 
     Returns one row per completion, problem by problem: `index` (into `problems`), `sample`,
     `completion` (the model's text alone), `reward` (the verifier's on that text, so a hint in
-    the prompt earns nothing; code checked in parallel with `code`'s limits; `function`, a
+    the prompt earns nothing; code checked in parallel with `code`'s limits and scored all or
+    nothing, as benchmarks score it, whatever `code.binary` says; `function`, a
     user's `reward.function`, instead of the verifiers), `answer` (the
     final answer it commits to, None if none), `length` (tokens), `truncated`, and with
     `with_logprobs` the completion's `mean_logprob` (mean token log-prob under `model`).
     """
     model.eval()
+    # Scored as a benchmark scores: a program solves its problem when it passes all its tests.
+    code = active_code_config(code).model_copy(update={"binary": True})
     rows: list[dict] = []
     calls = generate_calls(len(problems), 1 if greedy else cfg.samples, cfg.batch_size)
     for start, count, first, n in tqdm(calls, desc=desc, unit="batch"):

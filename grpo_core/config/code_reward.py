@@ -22,7 +22,10 @@ class CodeRewardParams(Section):
     )
     max_processes: PositiveInt = Field(16, description="Processes a program may run at once.")
     binary: bool = Field(
-        False, description="Reward 1 only when every test passes; else the fraction passed."
+        False,
+        description="Training reward 1 only when every test passes; else the partial credit: "
+        "the tests passed beyond the best trivial program's (grpo_core/rewards/code.py). "
+        "Sampled evaluation (profile, guide, evaluate) always scores all or nothing.",
     )
 
 

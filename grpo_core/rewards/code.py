@@ -1,39 +1,56 @@
-"""The code reward: the fraction of a problem's tests that the completion's program passes.
+"""The code reward: the fraction of a problem's tests that the completion's program passes,
+counting only the tests that are evidence of a solution.
 
 The `answer` of a `code` problem is a JSON object:
 
     {"entry_point": "f",                       # the function the program must define (or null)
-     "tests": ["assert f(1) == 2", ...],       # one Python statement per test
-     "setup": "import math",                   # optional: run before the program
+     "tests": ["assert f(1) == 2", ...],       # Python statements, one test each
+     "setup": "import math",                   # optional: run before the tests, not the program
      "prefix": "def f(x):\\n    \\"\\"\\"doc\\"\\"\\"\\n"}  # optional: see `program_source`
 
 The program is the last fenced ```python (or bare ```) block of the completion that defines
 `entry_point`, else its last such block (an unterminated final fence counts), else the whole
-completion. It runs in `grpo_core.rewards.sandbox` under `grpo_core/rewards/sandbox_harness.py`:
-setup, then the
-program (with `__name__` not "__main__", so a demo block under `if __name__ == "__main__":` does
-not run), then each test. Results stream back one per test on a private pipe, so tests passed
-before a hang or crash still count; an exception fails only its own test (one in setup or in the
-program's top level fails them all). The whole run has one wall/CPU budget.
+completion. It runs in `grpo_core.rewards.sandbox`, and its tests run beside it in another
+process (the sandbox's supervisor, `code_tester.py`): the program alone executes in the
+program's process (`code_runner.py`, with `__name__` not "__main__", so a demo block under
+`if __name__ == "__main__":` does not run; the setup, which may define the tests, is not run
+there); each test executes in the tester with the answer's prefix and setup, and with the
+entry point (and any other function the program defined) a proxy
+that sends a call's arguments to the program's process and gets back the value, as plain data
+(`grpo_core.rewards.plain`), or the name of the exception it raised. A test passes when it runs
+without an exception. Results stream back one per test, so tests passed before a hang or crash
+still count; an exception fails only its own test (one in setup or in the program's top level
+fails them all). The whole run has one wall/CPU budget.
+
+Evidence. Before the program's tests, the tester runs them against each program in `TRIVIAL`
+(the prompt's stub, `pass` and `return None`; the constants True, False, 0, 1, "" and []; the
+identity), which solve nothing. A test one of them passes (`candidate([]) == None`,
+`not candidate(x)`, HumanEval's placeholder `assert True`) is no evidence of a solution. Partial
+credit (`CodeCheck.reward()`) is what the program passes beyond the best of them:
+
+    reward = max(0, (passed - baseline) / (tests - baseline))     (0 when baseline = tests)
+
+with `baseline` the most tests one trivial program passes. So a trivial program earns 0, a
+program that passes every test earns 1, and the complement of a do-nothing program (`return
+True` where `return None` passes the negative cases) earns nothing either. Binary credit
+(`reward(binary=True)`, `reward.code.binary`, every sampled evaluation) is the benchmark's own
+rule: all tests pass.
 
 Threat model: the program is hostile and tries to earn reward without solving the problem.
-  1. `assert E == LITERAL` (either side), `assert E != LITERAL` and `assert E is True/False/None`:
-     the child evaluates only E and sends its value as plain data (exact builtin types); the
-     expected value never enters the child and the parent compares. Faked `__eq__`, printed or
-     forged results, patched builtins or harness, sys.exit/os._exit: none of them yields reward.
-  2. `assert E` / `assert not E` (`assert abs(f(x) - 0.5) < 1e-6`): the child sends E's value
-     and the parent takes its truth. E runs with the program's functions returning copies as
-     plain data (so such a test fails if f returns a generator or its own class) and with the
-     builtins as they were before the program ran: fake objects cannot steer it, but a program
-     that patches a module E calls (`math.isclose = ...`) can. Any other statement (`check(f)`,
-     loops) runs in the child, which reports "ok": a program that digs the harness's nonce out
-     of its memory can forge that. Data sources should prefer form 1 (e.g. unroll HumanEval's
-     `check` into one assert per case).
-  3. Lines on the result pipe count only with the run's random nonce (sent on stdin, read by the
-     harness before the program runs), only the first line per test counts, and a value line
-     never passes a statement test: blind writes to likely fds earn nothing.
-  4. The sandbox (not this module) keeps the program from the network, the parent's
+  1. It shares no memory, file descriptor or builtins with the tests: it cannot see the tests,
+     their expected values or their frames, patch their builtins or helpers (a HumanEval test's
+     `poly` is the prompt's, whatever the program defines), rebind `check`, or write a result;
+     only its functions' return values reach a test, and only as plain data, so a value with a
+     forged `__eq__` cannot be sent. By construction, not by a list of patched holes.
+  2. Its process gets the calls pipe and the answers pipe, not stdin (which carries the job)
+     and not the result channel. The tester's process runs as another uid (when we are root)
+     and is not dumpable. Result lines still carry a random nonce, which only the tester holds:
+     a same-uid program (not root) that reaches the parent's end of the channel cannot forge one.
+  3. The sandbox (not this module) keeps the program from the network, the parent's
      environment and files, and cleans up every process it starts.
+What a test cannot do, by the same construction: call the program with anything but plain
+data (a function or an object as an argument fails that test), see what the program does to
+its arguments (a copy crosses), or use an object the program returns (a class instance fails).
 """
 
 from __future__ import annotations
@@ -44,16 +61,21 @@ import json
 import marshal
 import re
 import secrets
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_core.config.code_reward import CodeRewardParams as CodeRewardConfig
 from grpo_core.errors import InputError
 from grpo_core.rewards.sandbox import SandboxLimits, SandboxResult, run_python
-from grpo_core.rewards.sandbox_harness import decode
 
-HARNESS = Path(__file__).with_name("sandbox_harness.py")
+HERE = Path(__file__).parent
+# The harness's two halves, each after the plain-data codec (they run without grpo_core).
+HARNESS = {"plain": HERE / "plain.py", "runner": HERE / "code_runner.py"}
+HARNESS["tester"] = HERE / "code_tester.py"
 ANSWER_KEYS = {"entry_point", "tests", "setup", "prefix"}
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _PYTHON_FENCES = {"", "python", "py", "python3", "py3"}
@@ -72,35 +94,65 @@ def sandbox_limits(cfg: CodeRewardConfig) -> SandboxLimits:
 
 
 @dataclass(frozen=True)
-class CodeTest:
-    source: str  # the test as written
-    job: dict  # what the child gets: {"expr": ..., "checked": bool} or {"code": ...}
-    mode: str  # eq | ne | is | is_not | truthy | falsy | ran
-    expected: object = None  # eq, ne, is, is_not: stays in the parent
-
-
-@dataclass(frozen=True)
 class CodeAnswer:
     entry_point: str | None
-    tests: tuple[CodeTest, ...]
+    tests: tuple[str, ...]
     setup: str = ""
     prefix: str = ""
+
+
+# The programs that solve nothing, in the tester's order (code_tester.py's TRIVIAL).
+TRIVIAL = ("None", "True", "False", "0", "1", "''", "[]", "identity")
 
 
 @dataclass(frozen=True)
 class CodeCheck:
     passed: tuple[bool, ...]  # one per test
+    trivial: tuple[frozenset[int], ...]  # one per test: the TRIVIAL programs that pass it
     sandbox: SandboxResult
 
+    @property
+    def evidence(self) -> tuple[bool, ...]:
+        """Per test: whether no trivial program passes it."""
+        return tuple(not t for t in self.trivial)
+
+    @property
+    def baseline(self) -> int:
+        """The most tests one trivial program passes."""
+        return max((sum(k in t for t in self.trivial) for k in range(len(TRIVIAL))), default=0)
+
     def reward(self, binary: bool = False) -> float:
+        """Binary: all tests passed (the benchmark's own rule). Else the tests passed beyond
+        the best trivial program's, as a fraction of what it leaves (module docstring)."""
         if binary:
             return float(all(self.passed))
-        return sum(self.passed) / len(self.passed)
+        n, base = len(self.passed), self.baseline
+        return max(0.0, (sum(self.passed) - base) / (n - base)) if n > base else 0.0
+
+
+# The `reward.code` params in force: what a call without a config uses (a user's
+# `reward.function` calling the verifiers keeps the run's limits and binary mode).
+_ACTIVE: ContextVar[CodeRewardConfig | None] = ContextVar("reward_code", default=None)
+
+
+@contextmanager
+def code_config(cfg: CodeRewardConfig | None) -> Iterator[None]:
+    """Within the block, code checks called without a config use `cfg` (None: no change)."""
+    token = _ACTIVE.set(cfg or _ACTIVE.get())
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_code_config(cfg: CodeRewardConfig | None = None) -> CodeRewardConfig:
+    """`cfg`, else the one `code_config` put in force, else the defaults."""
+    return cfg or _ACTIVE.get() or CodeRewardConfig()
 
 
 def code_reward(completion: str, answer: str, cfg: CodeRewardConfig | None = None) -> float:
-    """The reward of one completion: fraction of tests passed (all-or-nothing if cfg.binary)."""
-    cfg = cfg or CodeRewardConfig()
+    """The reward of one completion: its partial credit (all-or-nothing if cfg.binary)."""
+    cfg = active_code_config(cfg)
     return check_code(completion, answer, cfg).reward(cfg.binary)
 
 
@@ -110,7 +162,7 @@ def code_rewards(
     """`code_reward` of each (completion, answer) pair, `cfg.workers` programs at a time."""
     if len(completions) != len(answers):
         raise ValueError(f"{len(completions)} completions but {len(answers)} answers")
-    cfg = cfg or CodeRewardConfig()
+    cfg = active_code_config(cfg)
     parsed = [parse_code_answer(a) for a in answers]  # a bad answer fails before anything runs
     if cfg.workers == 1 or len(completions) <= 1:
         checks = [check_code(c, a, cfg) for c, a in zip(completions, parsed, strict=True)]
@@ -124,22 +176,28 @@ def check_code(
     completion: str, answer: str | CodeAnswer, cfg: CodeRewardConfig | None = None
 ) -> CodeCheck:
     """Run the completion's program against the answer's tests; which passed, and the run."""
-    cfg = cfg or CodeRewardConfig()
+    cfg = active_code_config(cfg)
     if isinstance(answer, str):
         answer = parse_code_answer(answer)
     nonce = secrets.token_hex(16)
     job = {
         "nonce": nonce,
         "setup": answer.setup,
+        "prefix": answer.prefix,
         "program": program_source(completion, answer),
-        "tests": [t.job for t in answer.tests],
+        "entry_point": answer.entry_point,
+        "tests": list(answer.tests),
+        "cap": cfg.max_output_bytes,
     }
+    runner, tester = _harness_sources()
     result = run_python(
-        _harness_source(), stdin=marshal.dumps(job), limits=sandbox_limits(cfg), channel=True
+        runner, stdin=marshal.dumps(job), limits=sandbox_limits(cfg), channel=True, tester=tester
     )
-    messages = _messages(result.channel, nonce, len(answer.tests))
-    passed = tuple(_judge(t, messages.get(i)) for i, t in enumerate(answer.tests))
-    return CodeCheck(passed, result)
+    ok, trivial = _results(result.channel, nonce, len(answer.tests))
+    n = range(len(answer.tests))
+    return CodeCheck(
+        tuple(ok.get(i, False) for i in n), tuple(trivial.get(i, _NONE) for i in n), result
+    )
 
 
 def parse_code_answer(answer: str) -> CodeAnswer:
@@ -173,17 +231,17 @@ def _parse_code_answer(answer: str) -> CodeAnswer:
         texts[key] = data.get(key) or ""
         if not isinstance(texts[key], str):
             raise InputError(f"code answer: {key} must be a string, got {texts[key]!r}")
-    try:
-        ast.parse(texts["setup"])
-    except SyntaxError as exc:
-        raise InputError(f"code answer: setup does not parse: {exc}") from None
-    converted = []
+    for key, code in (("setup", texts["setup"]), ("prefix", texts["prefix"])):
+        try:
+            ast.parse(code)
+        except SyntaxError as exc:
+            raise InputError(f"code answer: {key} does not parse: {exc}") from None
     for i, test in enumerate(tests):
         try:
-            converted.append(_convert(test))
+            ast.parse(test)
         except SyntaxError as exc:
             raise InputError(f"code answer: test {i} does not parse ({exc}): {test!r}") from None
-    return CodeAnswer(entry_point, tuple(converted), **texts)
+    return CodeAnswer(entry_point, tuple(tests), **texts)
 
 
 def extract_program(completion: str, entry_point: str | None = None) -> str:
@@ -222,45 +280,14 @@ def defines(code: str, name: str) -> bool:
     return re.search(pattern, code, re.M) is not None
 
 
-def _literal(node: ast.expr) -> tuple[bool, object]:
-    try:
-        return True, ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False, None
+_NONE: frozenset[int] = frozenset()
 
 
-def _convert(test: str) -> CodeTest:
-    """Split a test into what the child evaluates and what the parent compares (see module)."""
-    body = ast.parse(test).body
-    if len(body) != 1 or not isinstance(body[0], ast.Assert):
-        return CodeTest(test, {"code": test}, "ran")
-    cond = body[0].test
-
-    def value_test(expr: ast.expr, mode: str, expected: object = None) -> CodeTest:
-        checked = mode in ("truthy", "falsy")
-        return CodeTest(test, {"expr": ast.unparse(expr), "checked": checked}, mode, expected)
-
-    if isinstance(cond, ast.Compare) and len(cond.ops) == 1:
-        op, left, right = cond.ops[0], cond.left, cond.comparators[0]
-        if isinstance(op, ast.Eq | ast.NotEq):
-            for expr, other in ((left, right), (right, left)):
-                is_literal, expected = _literal(other)
-                if is_literal:
-                    return value_test(expr, "eq" if isinstance(op, ast.Eq) else "ne", expected)
-        if (
-            isinstance(op, ast.Is | ast.IsNot)
-            and isinstance(right, ast.Constant)
-            and any(right.value is c for c in (True, False, None))
-        ):
-            return value_test(left, "is" if isinstance(op, ast.Is) else "is_not", right.value)
-    if isinstance(cond, ast.UnaryOp) and isinstance(cond.op, ast.Not):
-        return value_test(cond.operand, "falsy")
-    return value_test(cond, "truthy")
-
-
-def _messages(channel: bytes, nonce: str, n_tests: int) -> dict[int, dict]:
-    """The first well-formed result line with the right nonce for each test."""
-    found: dict[int, dict] = {}
+def _results(channel: bytes, nonce: str, n_tests: int) -> tuple[dict, dict]:
+    """From the tester's lines with the run's nonce, the first verdict on each test: whether
+    the program passed it, and which trivial programs did."""
+    ok: dict[int, bool] = {}
+    trivial: dict[int, frozenset[int]] = {}
     for raw in channel.split(b"\n"):
         try:
             msg = json.loads(raw)
@@ -269,38 +296,18 @@ def _messages(channel: bytes, nonce: str, n_tests: int) -> dict[int, dict]:
         if type(msg) is not dict or msg.get("n") != nonce:
             continue
         i = msg.get("i")
-        if type(i) is int and 0 <= i < n_tests and i not in found:
-            found[i] = msg
-    return found
-
-
-def _judge(test: CodeTest, msg: dict | None) -> bool:
-    if msg is None or "error" in msg:
-        return False
-    if test.mode == "ran":
-        return msg.get("ok") is True and "v" not in msg
-    if "v" not in msg:
-        return False
-    try:
-        value = decode(msg["v"])
-        match test.mode:
-            case "eq":
-                return bool(value == test.expected)
-            case "ne":
-                return bool(value != test.expected)
-            case "is":
-                return value is test.expected
-            case "is_not":
-                return value is not test.expected
-            case "truthy":
-                return bool(value)
-            case "falsy":
-                return not value
-    except Exception:  # malformed or pathological data from the child: the test fails
-        return False
-    raise AssertionError(test.mode)
+        if type(i) is not int or not 0 <= i < n_tests:
+            continue
+        if "trivial" in msg:
+            ks = msg["trivial"]
+            if type(ks) is list and all(type(k) is int and 0 <= k < len(TRIVIAL) for k in ks):
+                trivial.setdefault(i, frozenset(ks))
+        else:
+            ok.setdefault(i, msg.get("ok") is True)
+    return ok, trivial
 
 
 @functools.cache
-def _harness_source() -> str:
-    return HARNESS.read_text()
+def _harness_sources() -> tuple[str, str]:
+    plain = HARNESS["plain"].read_text()
+    return plain + HARNESS["runner"].read_text(), plain + HARNESS["tester"].read_text()

@@ -149,11 +149,19 @@ def run_python(
     stdin: bytes = b"",
     limits: SandboxLimits | None = None,
     channel: bool = False,
+    tester: str | None = None,
 ) -> SandboxResult:
     """Run the Python program `source` in the sandbox; see the module docstring.
 
     With `channel=True` the program finds the write end of an extra pipe at fd 3: a way to
     report results that its stdout cannot be confused with.
+
+    With `tester`, that source runs in the sandbox's supervisor while the program runs: it
+    reads `stdin` (the program gets /dev/null), holds the channel (the program does not) and
+    talks to the program through two pipes, the program's fds 3 (tester to program) and 4
+    (program to tester), as names REQUESTS, REPLIES and RESULTS (the channel, or None) in its
+    globals. It is trusted code: it runs as the caller, without the program's limits, in a
+    process the program cannot read or write (sandbox_boot.py).
     """
     limits = limits or SandboxLimits()
     namespaces = limits.namespaces and network_isolation_available()
@@ -163,6 +171,8 @@ def run_python(
             if uid is not None:
                 os.chown(work, uid, uid)
             (work / "main.py").write_text(source)
+            if tester is not None:
+                (work / "tester.py").write_text(tester)
             config = {
                 "uid": uid,
                 "namespaces": namespaces,
@@ -172,6 +182,7 @@ def run_python(
                 "max_file_bytes": limits.max_output_bytes,
                 "max_processes": limits.max_processes,
                 "disk_bytes": limits.disk_mb << 20,
+                "tester": tester is not None,
                 "hidden_paths": [
                     os.path.abspath(p)
                     for p in (

@@ -35,6 +35,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 1, 2, 4, 1 << 14, 1 << 18
 # Where any uid may write: a private tmpfs for each, inside a mount namespace.
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 CHANNEL_FD = 3  # where the program finds the result channel, whatever the parent's number was
+CALLS_FD, ANSWERS_FD = 3, 4  # with a tester: the program's ends of its two pipes
+PR_SET_DUMPABLE = 4
 
 
 def _libc_call(name: str, *args: int | bytes | None) -> None:
@@ -122,14 +124,28 @@ def _set_limits(cfg: dict) -> None:
         resource.setrlimit(which, (value, value))
 
 
-def _child(cfg: dict, source: str) -> None:
+def _child(cfg: dict, source: str, pipes: tuple[int, int, int, int] | None) -> None:
     """Become the program. Never returns."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     status = 1
     try:
         channel = cfg["channel_fd"]
-        if channel is not None and channel != CHANNEL_FD:
+        if pipes is not None:
+            # With a tester the program gets its two pipes and nothing else of it: not the
+            # result channel, and not stdin, which holds the tester's job.
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            if channel is not None:
+                os.close(channel)
+            calls, answers, mine_calls, mine_answers = pipes
+            os.close(mine_calls)
+            os.close(mine_answers)
+            for fd, number in ((calls, CALLS_FD), (answers, ANSWERS_FD)):  # fds above 9
+                os.dup2(fd, number, inheritable=False)
+                os.close(fd)
+        elif channel is not None and channel != CHANNEL_FD:
             os.dup2(channel, CHANNEL_FD, inheritable=False)
             os.close(channel)
         _libc_call("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
@@ -191,6 +207,37 @@ def _kill_all(pid: int, cfg: dict) -> int:
     return status
 
 
+def _high_pipe() -> tuple[int, int]:
+    """A pipe whose ends are above fd 9, so moving them to 3 and 4 clobbers neither."""
+    import fcntl
+
+    ends = []
+    for fd in os.pipe():
+        ends.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10))
+        os.close(fd)
+    return ends[0], ends[1]
+
+
+def _test(cfg: dict, tester: object, pipes: tuple[int, int, int, int]) -> None:
+    """Run the tester here, in the supervisor: a process the program cannot read (another uid,
+    and not dumpable, so not even the same uid can open its /proc files), talking to the
+    program only through the two pipes. The program's end of the calls pipe closes after it:
+    the program's process then exits."""
+    calls, answers, mine_calls, mine_answers = pipes
+    os.close(calls)
+    os.close(answers)
+    _libc_call("prctl", PR_SET_DUMPABLE, 0, 0, 0, 0)
+    names = {"__name__": "__tester__", "__builtins__": builtins}
+    names.update(REQUESTS=mine_calls, REPLIES=mine_answers, RESULTS=cfg["channel_fd"])
+    try:
+        exec(tester, names)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    os.close(mine_calls)
+
+
 def _exit_like(status: int) -> None:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -220,6 +267,12 @@ def main() -> None:
         _libc_call("unshare", _namespace_flags())
     with open("main.py") as f:
         source = f.read()
+    tester = pipes = None
+    if cfg.get("tester"):
+        with open("tester.py") as f:
+            tester = compile(f.read(), "tester.py", "exec")
+        calls, answers = _high_pipe(), _high_pipe()
+        pipes = (calls[0], answers[1], calls[1], answers[0])
 
     child = []
 
@@ -233,9 +286,11 @@ def main() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     pid = os.fork()
     if pid == 0:
-        _child(cfg, source)
+        _child(cfg, source, pipes)
     child.append(pid)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    if tester is not None:
+        _test(cfg, tester, pipes)
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     _exit_like(_kill_all(pid, cfg))

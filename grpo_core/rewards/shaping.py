@@ -11,34 +11,78 @@ function of the step's `Completions` registered here, and a weight field of the 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from grpo_core.errors import InputError
-from grpo_core.rewards.code import defines, extract_program, parse_code_answer
-from grpo_core.rewards.math import boxed_answer
-from grpo_core.rewards.mcq import mcq_answer
+from grpo_core.rewards.code import defines, extract_program, parse_code_answer, program_source
+from grpo_core.rewards.math import boxed_answer, halfwidth
+from grpo_core.rewards.mcq import LETTERS, mcq_answer, option_letters
+
+# What a box may hold that is no answer: formatting, spacing, dots, `?`.
+_NO_ANSWER = re.compile(
+    r"\\(?:text\w*|math\w*|mbox|boxed|fbox|[lcv]?dots|quad|qquad|[,;:!> ])|[{}\s?.…]"
+)
 
 
-def format_reward(domain: str, completion: str, answer: str) -> float:
-    """1.0 if the completion gives its answer in the form the domain expects: a closed
-    `\\boxed{}`, every box agreeing (math), one `Answer: X` letter (mcq), a program that
-    parses and defines the entry point (code). Says nothing about correctness."""
+def format_reward(domain: str, completion: str, answer: str, prompt: str | None = None) -> float:
+    """1.0 if the completion gives a real answer in the form the domain expects, else 0.0. Says
+    nothing about correctness, but pays only an answer, never the bare form:
+
+    - math: a closed `\\boxed{}`, every box agreeing (`math.boxed_answer`), that holds a
+      letter, digit or symbol command once formatting, spacing, dots and `?` are set aside:
+      `\\boxed{}`, `\\boxed{?}` and `\\boxed{\\text{?}}` earn 0;
+    - mcq: one letter committed to (`mcq.mcq_answer`: `Answer: X`, "The answer is X", ...)
+      among the options `prompt` lists (`mcq.option_letters`): `Answer: J` on a four-option
+      question earns 0. Without `prompt` (or where it lists none), any of A-J;
+    - code: a program that parses and defines the entry point, as the verifier builds it
+      (`code.program_source`, the answer's `prefix` before a HumanEval-style continuation);
+      where the prefix holds the definition, the completion must write a statement of its
+      body: an empty completion, or top-level code after the prefix, defines nothing. With no
+      entry point, the program must define a function or class.
+    """
     if domain == "math":
-        return float(boxed_answer(completion) is not None)
+        box = boxed_answer(halfwidth(completion))
+        return float(
+            box is not None and re.search(r"[A-Za-z0-9\\]", _NO_ANSWER.sub("", box)) is not None
+        )
     if domain == "mcq":
-        return float(mcq_answer(completion) is not None)
+        letter = mcq_answer(completion)
+        return float(letter is not None and letter in (option_letters(prompt or "") or LETTERS))
     if domain == "code":
-        entry = parse_code_answer(answer).entry_point
-        program = extract_program(completion, entry)
-        try:
-            ast.parse(program)
-        except (SyntaxError, ValueError):
-            return 0.0
-        return float(entry is None or defines(program, entry))
+        return _code_format(completion, answer)
     return 0.0
+
+
+def _code_format(completion: str, answer: str) -> float:
+    """The code form of `format_reward`."""
+    code = parse_code_answer(answer)
+    entry = code.entry_point
+    program = program_source(completion, code)
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError):
+        return 0.0
+    if entry is None:
+        kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        return float(any(isinstance(node, kinds) for node in tree.body))
+    if not defines(program, entry):
+        return 0.0
+    if not code.prefix or defines(extract_program(completion, entry), entry):
+        return 1.0
+    # The prefix's signature and docstring, continued: the body must be the completion's.
+    prefix_lines = len(code.prefix.splitlines())
+    return float(
+        any(
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name == entry
+            and any(stmt.lineno > prefix_lines for stmt in node.body)
+            for node in tree.body
+        )
+    )
 
 
 def overlong_penalty(lengths: torch.Tensor, max_tokens: int, cache: int) -> torch.Tensor:
@@ -67,6 +111,9 @@ class Completions:
     lengths: torch.Tensor  # (B,) completion tokens
     max_new_tokens: int  # train.max_new_tokens
     overlong_cache: int  # reward.overlong_cache
+    # the question's plain-text prompt (mcq: the options the format term accepts); None:
+    # unknown, any letter A-J
+    prompts: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +144,9 @@ def shaping_term(name: str, always: bool = False):
 
 @shaping_term("format", always=True)
 def _format(c: Completions) -> torch.Tensor:
-    values = [format_reward(*x) for x in zip(c.domains, c.texts, c.answers, strict=True)]
+    prompts = c.prompts if c.prompts is not None else [None] * len(c.texts)
+    rows = zip(c.domains, c.texts, c.answers, prompts, strict=True)
+    values = [format_reward(*row) for row in rows]
     return torch.tensor(values)
 
 

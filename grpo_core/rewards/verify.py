@@ -17,7 +17,12 @@ from collections.abc import Callable
 
 from grpo_core.config.user_reward import RewardFunction, call_reward_function
 from grpo_core.errors import InputError
-from grpo_core.rewards.code import CodeRewardConfig, code_rewards, parse_code_answer
+from grpo_core.rewards.code import (
+    CodeRewardConfig,
+    code_config,
+    code_rewards,
+    parse_code_answer,
+)
 from grpo_core.rewards.math import answer_span, math_reward, parse_gold
 from grpo_core.rewards.mcq import gold_letter, mcq_answer, mcq_reward
 
@@ -35,9 +40,11 @@ def verify_batch(
     function: RewardFunction | None = None,
 ) -> list[float]:
     """The verifier's reward of every completion (1.0 = solved), code checked in parallel; with
-    `function` (`reward.function`, a user's own), that function's instead, for every domain."""
+    `function` (`reward.function`, a user's own), that function's instead, for every domain:
+    where it calls the verifiers without a config, `code` (`reward.code`) still applies."""
     if function is not None:
-        return call_reward_function(function, domains, completions, answers)
+        with code_config(code):
+            return call_reward_function(function, domains, completions, answers)
     out: list[float] = [0.0] * len(completions)
     batched: dict[str, list[int]] = {}
     for i, domain in enumerate(domains):

@@ -95,11 +95,11 @@ def run_stage(module: str, ws: Path, root: Path) -> float:
     return time.perf_counter() - start
 
 
-def per_question(sampled: list[dict], greedy: list[dict], answers: dict[str, str]) -> pa.Table:
+def per_question(sampled: list[dict], greedy: list[dict], problems: dict[str, dict]) -> pa.Table:
     """One row per question: avg@k (the mean of its sampled completions' correctness), k, the
-    fraction of them in the answer format (`answers`: the gold answer of each question id,
-    which the code format check reads), and its greedy completion's correctness (null
-    without greedy decoding)."""
+    fraction of them in the answer format (`problems`: each question id's problem, whose gold
+    answer the code check and whose options the mcq check read), and its greedy completion's
+    correctness (null without greedy decoding)."""
     rows: dict[str, dict] = {}
     for r in sampled:
         q = rows.setdefault(
@@ -109,7 +109,8 @@ def per_question(sampled: list[dict], greedy: list[dict], answers: dict[str, str
         )
         q["n"] += 1
         q["correct"] += int(is_correct(r["reward"]))
-        q["format"] += format_reward(r["domain"], r["completion"], answers[r["id"]])
+        p = problems[r["id"]]
+        q["format"] += format_reward(r["domain"], r["completion"], p["answer"], p["prompt"])
     best = {r["id"]: float(is_correct(r["reward"])) for r in greedy}
     return pa.Table.from_pylist(
         [
@@ -122,14 +123,21 @@ def per_question(sampled: list[dict], greedy: list[dict], answers: dict[str, str
     )  # fmt: skip
 
 
-def score(model_dir: Path, split: Path, params: dict, name: str) -> tuple[pa.Table, dict]:
+def score(model_dir: Path, split: Path, params: dict, name: str) -> tuple[pa.Table, dict, pa.Table]:
     """Per-question accuracies of one model on the eval split `split`, sampled as the `eval`
-    section of `params` says, and its `summarize` metrics."""
+    section of `params` says, its `summarize` metrics, and every completion (`completions`)."""
     view = parse_params(params, EvaluateStage, "study params")
     problems = read_problems(split).to_pylist()
     sampled, greedy = sample_model(str(model_dir), problems, view, name)
-    answers = {p["id"]: p["answer"] for p in problems}
-    return per_question(sampled, greedy, answers), summarize(sampled, view.eval.pass_at, greedy)
+    table = per_question(sampled, greedy, {p["id"]: p for p in problems})
+    return table, summarize(sampled, view.eval.pass_at, greedy), completions(sampled + greedy)
+
+
+def completions(rows: list[dict]) -> pa.Table:
+    """What an auditor reads to see what a model learned: each sampled and greedy completion
+    with its question, reward and length (no prompts: the eval split holds them)."""
+    keep = ("id", "source", "level", "decoding", "sample", "completion", "reward", "length")
+    return pa.Table.from_pylist([{k: r[k] for k in (*keep, "truncated")} for r in rows])
 
 
 def accuracy_summary(table: pa.Table) -> dict:
@@ -169,14 +177,17 @@ def column(table_csv: str, name: str) -> list[float]:
     return [float(v) for v in values if v != ""]
 
 
-def keep_cell(ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict) -> dict:
+def keep_cell(
+    ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict, samples: pa.Table
+) -> dict:
     """Write what a trained and scored cell keeps into the folder `out` (atomically) and
-    return its summary: per-question accuracies, the step metrics, the dynamics tables
-    (`KEPT_DYNAMICS`), the resolved train params and last-step metrics."""
+    return its summary: per-question accuracies, its eval completions, the step metrics, the
+    dynamics tables (`KEPT_DYNAMICS`), the resolved train params and last-step metrics."""
     steps_csv = step_table(ws / STEP_METRICS)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         write_parquet(table, tmp / "questions.parquet")
+        write_parquet(samples, tmp / "completions.parquet")
         (tmp / "train.csv").write_text(steps_csv)
         shutil.copytree(ws / "metrics/dynamics", tmp / "dynamics", ignore=_not_kept)
         run = {

@@ -119,7 +119,13 @@ class GroupSampler:
         device = ro.input_ids.device
         correct = verify_batch(domains, texts, answers, self.reward.code, self.function)
         completions = Completions(
-            domains, texts, answers, ro.lengths, self.cfg.max_new_tokens, self.reward.overlong_cache
+            domains,
+            texts,
+            answers,
+            ro.lengths,
+            self.cfg.max_new_tokens,
+            self.reward.overlong_cache,
+            prompts=[q.text for q in owners],
         )
         rewards, components = shaped_rewards(
             torch.tensor(correct, device=device), completions, self.reward.weights

@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_core.data.adapters.packaged import Packaged
+
 Row = Mapping[str, Any]
 # to_row(row, index, seed) -> fields of the mapped row, or None for a row outside the benchmark
 # (an MMLU subject that is not STEM). The fields: key (id without the source prefix), level,
@@ -55,6 +57,9 @@ class Adapter:
     domain: str  # math | mcq | code
     columns: tuple[tuple[str, ...], ...]  # needed columns; each entry lists accepted names
     to_row: RowMapper
+    # Where the rows ship inside an installed package: read from there, not from the hub,
+    # when no path is given (grpo_core.data.adapters.packaged).
+    package: Packaged | None = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Code benchmarks: HumanEval, MBPP.
 
 `answer` is a JSON string `{"entry_point", "tests", "setup", "prefix"}`, read by the code
-reward (`grpo_core.rewards.code`); a task without tests raises `RowError`.
+reward (`grpo_core.rewards.code`); a task without tests raises `RowError`. A test shown in the
+prompt (MBPP's first) is never among the graded ones: a program that special-cases it would
+earn its share.
 """
 
 from __future__ import annotations
@@ -140,13 +142,17 @@ def mbpp(row: Row, index: int, seed: int) -> dict:
         setup = "\n".join(as_text(t) for t in row.get("test_imports") or [])
     task = required(row, ["text", "prompt"], "task text")
     challenge = [as_text(t) for t in row.get("challenge_test_list") or [] if as_text(t)]
+    if len(tests) < 2:
+        raise RowError("one test: shown in the prompt, it would leave none to grade")
+    # The prompt shows tests[0] (how to call the function); the others are graded. A shown test
+    # that were graded would pay a program that special-cases it.
     return _code(
         as_text(row["task_id"]) or index,
         prompts.code_prompt(task, entry_point, tests[:1]),
         entry_point,
-        tests,
+        tests[1:],
         setup,
         "",
         code,
-        {"challenge_tests": challenge},
+        {"shown_test": tests[0], "challenge_tests": challenge},
     )

