@@ -156,6 +156,8 @@ def test_rewritten_humaneval_function_keeps_the_prefix_imports():
         ("```python\nx = 1\n```\n```python\ny = 2\n```", "y = 2\n"),
         # an unterminated final fence counts
         ("```python\nx = 1\n```\nfixed:\n```python\ndef f(x):\n    return 3\n", "return 3"),
+        # code that closes a fence it never opened, then prose: the code before the fence
+        ("def f(x):\n    return 6\n```\n\nIn this code, f returns 6.", "return 6"),
         # other languages are not the program
         ("```python\ndef f(x): return 4\n```\n```text\ndef f(x): return 5\n```", "return 4"),
     ],

@@ -142,6 +142,13 @@ FALSE_NEGATIVES = [
     # ---- code ------------------------------------------------------------------------------------
     ("code", HE_BODY, HE_ANSWER, 1.0, "a HumanEval body continuing the prompt's signature"),
     ("code", "    return x + 2\n", HE_ANSWER, 0.0, "near-miss: a wrong body"),
+    (
+        "code",
+        "def add_one(x):\n    return x + 1\n```\n\nIn this code, `add_one` adds one.",
+        HE_ANSWER,
+        1.0,
+        "code that closes a fence it never opened, then explains it (SmolLM2, 11% on HumanEval)",
+    ),
 ]
 
 
@@ -170,6 +177,7 @@ MCQ_PROMPT = tiny_mcq.prompt(47, 38, ("mass", "g"), [65, 75, 85, 95])
 # The format term on the same legitimate forms: (domain, completion, gold, prompt).
 FORMAT_FALSE_NEGATIVES = [
     ("code", HE_BODY, HE_ANSWER, None),  # prefix + body defines the entry point
+    ("code", "def add_one(x):\n    return x + 1\n```\n\nIt adds one.", HE_ANSWER, None),
     ("math", f"{B}{{85.}}", "85", None),
     ("math", f"{B}{{1\\,000}}", "1000", None),
     ("mcq", "Answer: c", "C", MCQ_PROMPT),

@@ -572,15 +572,16 @@ def test_the_readme_experiments_each_start_from_the_committed_params(tmp_path):
         for entry in shown
         for exp in entry.get("experiments") or []
     }
+
+    def at(tree: dict, key: str) -> object:
+        for part in key.split("."):
+            tree = tree[part]
+        return tree
+
     for name, overrides in expected.items():
-        flat = {}
-        for key in ("algo", "train.lr", "train.group_size"):
-            node = params[name]
-            for part in key.split("."):
-                node = node[part]
-            flat[key] = node
-        want = {"algo": committed["algo"], "train.lr": committed["train"]["lr"]}
-        want["train.group_size"] = committed["train"]["group_size"]
+        keys = {"algo", "train.lr", "train.group_size", *overrides}
+        flat = {key: at(params[name], key) for key in keys}
+        want = {key: at(committed, key) for key in keys}
         assert flat == {**want, **overrides}, name
 
     done = sh(

@@ -1,5 +1,5 @@
-"""The code reward: the fraction of a problem's tests that the completion's program passes,
-counting only the tests that are evidence of a solution.
+"""The code reward: the share of a problem's tests that the completion's program passes beyond
+what a trivial program passes (all or nothing in binary mode, as benchmarks score).
 
 The `answer` of a `code` problem is a JSON object:
 
@@ -245,8 +245,10 @@ def _parse_code_answer(answer: str) -> CodeAnswer:
 
 
 def extract_program(completion: str, entry_point: str | None = None) -> str:
-    """The code in a completion: its last fenced Python block defining `entry_point`, else its
-    last fenced Python block, else the completion itself."""
+    """The code in a completion: its last fenced Python block defining `entry_point`; else the
+    text before its first fence, when that defines `entry_point` (code that closes a fence it
+    never opened, then explains itself: 11% of SmolLM2's HumanEval answers); else its last
+    fenced Python block; else the completion itself."""
     blocks = [m[2] for m in _FENCE.finditer(completion) if m[1].lower() in _PYTHON_FENCES]
     if not blocks:
         return completion
@@ -254,6 +256,9 @@ def extract_program(completion: str, entry_point: str | None = None) -> str:
         defining = [b for b in blocks if defines(b, entry_point)]
         if defining:
             return defining[-1]
+        head = completion[: completion.index("```")]
+        if defines(head, entry_point):
+            return head
     return blocks[-1]
 
 

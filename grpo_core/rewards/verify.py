@@ -3,8 +3,8 @@ read, and the answer a completion commits to (for maj@k).
 
 - `math`: math-verify (`grpo_core.rewards.math`);
 - `mcq`: the answer letter (`grpo_core.rewards.mcq`);
-- `code`: the fraction of the problem's tests the completion's program passes in the sandbox
-  (`grpo_core.rewards.code`); checked in parallel.
+- `code`: the share of the problem's tests the completion's program passes in the sandbox
+  beyond the best trivial program's (`grpo_core.rewards.code`); checked in parallel.
 
 A new domain registers its verifier in `VERIFIERS` (or `BATCH_VERIFIERS`) and its gold
 parser in `GOLD_PARSERS` (docs/architecture.md).
