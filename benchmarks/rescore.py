@@ -5,7 +5,8 @@ reward hacking (or a verifier's mistake) rather than solved problems.
                                  [--json OUT.json]
 
 Each SAMPLES file is an `evaluate` stage's `data/eval_samples.parquet` (the default run's, or
-one per preset from `python -m benchmarks.algos --samples-dir DIR`); its stored `reward` is
+one per preset from `python -m benchmarks.algos --samples-dir DIR`), or a study cell's or base
+seed's `completions.parquet` (its model is then "model"); its stored `reward` is
 what the verifiers said when it was written. Every sampled completion is verified again
 against its problem's gold answer (from `--problems`, the prepared eval split it was sampled
 on), and avg@k accuracy per model and level is printed before and after, with how many
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from grpo_core.rewards.code import CodeRewardConfig
 from grpo_core.rewards.verify import verify_batch
 
 
@@ -32,14 +34,15 @@ def rescore(samples: Path, problems: dict[str, dict]) -> dict:
     missing = sorted({r["id"] for r in rows} - set(problems))
     if missing:
         raise SystemExit(f"{samples}: {len(missing)} ids not in --problems, e.g. {missing[:3]}")
-    after = verify_batch(
+    after = verify_batch(  # code all or nothing, as every sampled evaluation scores it
         [problems[r["id"]]["domain"] for r in rows],
         [r["completion"] for r in rows],
         [problems[r["id"]]["answer"] for r in rows],
+        CodeRewardConfig(binary=True),
     )
     out: dict[str, dict] = {}
     for r, new in zip(rows, after, strict=True):
-        cell = out.setdefault(r["model"], {}).setdefault(
+        cell = out.setdefault(r.get("model", "model"), {}).setdefault(
             str(r["level"]), {"n": 0, "before": 0.0, "after": 0.0, "changed": 0, "examples": []}
         )
         cell["n"] += 1
