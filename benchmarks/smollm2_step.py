@@ -1,7 +1,9 @@
 """One GRPO step of the real trainer on SmolLM2-135M-Instruct: seconds, and where they go.
 
     python -m benchmarks.smollm2_step [--prompts 8] [--group 8] [--new-tokens 96] [--steps 3]
-        [--configs bfloat16:inverse_cdf:16:hf bfloat16:inverse_cdf:16:hf_merged ...] [--out FILE]
+        [--configs bfloat16:inverse_cdf:16:hf bfloat16:inverse_cdf:16:hf_merged ...]
+        [--eval-problems 150] [--eval-samples 4] [--eval-tokens 128] [--eval-batch 64]
+        [--out FILE]
 
 A step is `GRPOTrainer.step` (grpo_core/training/trainer.py) with the `grpo` preset and LoRA
 (r 16 on every linear layer but the head): `--prompts` level-2 arith questions in the chat
@@ -12,7 +14,12 @@ coin per completion (a hash of its text: about half of each group right), so eve
 signal and every row is in the update, as in a step that learns, with no extra term in the loss.
 Each configuration `dtype:draw:micro_batch_size:rollout_backend` runs `--steps` steps in a
 process of its own; the first is not timed (allocation), the median of the rest is reported,
-with the median time in generation and the process's peak RSS. Run it alone on the machine:
+with the median time in generation and the process's peak RSS, and one more step, untimed,
+under torch's FLOP counter gives the FLOPs of the rest (scoring and updates). A last process
+times an evaluation as a study cell runs it (`eval_config`: `--eval-problems` x
+`--eval-samples` completions of up to `--eval-tokens` tokens, calls of `--eval-batch`). The
+shares of the matmul limit divide FLOPs by seconds by the bf16 matmul's rate at SmolLM2's
+shapes, measured first (`matmul_rates`). Run it alone on the machine:
 another job on the 2 cores halves any number here. The last line printed is JSON; `--out`
 writes the table (Markdown) and the JSON beside it.
 """
@@ -103,13 +110,86 @@ def one_config(model_dir: str, config: str, args: dict, queue) -> None:
         trainer.step(questions[step * n : (step + 1) * n])
         times.append(time.perf_counter() - start)
     timed_steps, gen = times[1:] or times, spent[1:] or spent
+    step_s, gen_s = statistics.median(timed_steps), statistics.median(gen)
+    peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    # One more step, not timed, under torch's FLOP counter: the matmul and attention FLOPs of
+    # "the rest" (scoring and updates, forward and backward), the generation's left out.
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    in_generation: list[int] = []
+
+    def counted(*a, **kw):
+        before = counter.get_total_flops()
+        out = timed(*a, **kw)
+        in_generation.append(counter.get_total_flops() - before)
+        return out
+
+    sampling.generate = sampler.generate = counted
+    with counter:
+        trainer.step(questions[:n])
+    rest_flops = counter.get_total_flops() - sum(in_generation)
+    n_params = sum(p.numel() for name, p in model.named_parameters() if "lora_" not in name)
     queue.put(
         {
             "config": config,
-            "step_s": round(statistics.median(timed_steps), 1),
-            "generate_s": round(statistics.median(gen), 1),
-            "update_s": round(statistics.median(timed_steps) - statistics.median(gen), 1),
+            "step_s": round(step_s, 1),
+            "generate_s": round(gen_s, 1),
+            "update_s": round(step_s - gen_s, 1),
             "steps": times,
+            "peak_rss_gb": peak,
+            # 2 x parameters per generated token (attention left out), as benchmarks.cpu_dtype
+            "generate_flop": 2 * n_params * n * g * t,
+            "rest_flop": int(rest_flops),
+        }
+    )
+
+
+def eval_config(model_dir: str, args: dict, queue) -> None:
+    """Evaluation as a study cell's evaluate stage runs it on a trained policy (a plain bf16
+    model, LoRA merged): `sample_problems` of `--eval-problems` level-2 arith questions x
+    `--eval-samples` completions of up to `--eval-tokens` tokens at T = 0.2, inverse-CDF
+    draws, no log-probs, in generate calls of `--eval-batch` sequences."""
+    import torch
+
+    from grpo_core.analysis.sampling import sample_problems
+    from grpo_core.config.sampling import SamplingParams
+    from grpo_core.data.prompts import render_prompt
+    from grpo_core.data.tiny import arith
+    from grpo_core.models.loading import load_model
+    from grpo_core.models.precision import set_dtype
+
+    model, tokenizer = load_model(model_dir, device=torch.device("cpu"))
+    model = set_dtype(model, "bfloat16").eval()
+    rows = arith.generate_level(2, args["eval_problems"], 0, seed=1)["train"]
+    problems = [
+        {
+            "domain": "math",
+            "answer": r["answer"],
+            "prompt": render_prompt(tokenizer, r["prompt"], True, "math"),
+        }
+        for r in rows[: args["eval_problems"]]
+    ]
+    cfg = SamplingParams(
+        samples=args["eval_samples"],
+        max_new_tokens=args["eval_tokens"],
+        batch_size=args["eval_batch"],
+        temperature=0.2,
+        draw="inverse_cdf",
+    )
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    out = sample_problems(model, tokenizer, problems, cfg, "evaluation")
+    seconds = time.perf_counter() - start
+    tokens = sum(r["length"] for r in out)
+    n_params = sum(p.numel() for p in model.parameters())
+    queue.put(
+        {
+            "config": "evaluation",
+            "completions": len(out),
+            "tokens": tokens,
+            "eval_s": round(seconds, 1),
+            "generate_flop": 2 * n_params * tokens,
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         }
     )
@@ -123,19 +203,29 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS)
+    ap.add_argument("--eval-problems", type=int, default=150, help="0: no evaluation row")
+    ap.add_argument("--eval-samples", type=int, default=4)
+    ap.add_argument("--eval-tokens", type=int, default=128)
+    ap.add_argument("--eval-batch", type=int, default=64)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     scratch = scratch_copy(SMOLLM2) if args.model is None else None
     args.model = args.model or scratch.name
     settings = {"prompts": args.prompts, "group": args.group, "new_tokens": args.new_tokens}
     settings["steps"] = args.steps
-    out = {"settings": settings, "results": []}
+    for k in ("eval_problems", "eval_samples", "eval_tokens", "eval_batch"):
+        settings[k] = getattr(args, k)
+    out = {"settings": settings, "matmul_gflops": matmul_rates(args), "results": []}
     ctx = mp.get_context("spawn")
-    for config in args.configs:
+    runs = [(one_config, c) for c in args.configs]
+    if args.eval_problems:
+        runs.append((eval_config, None))
+    for target, config in runs:
         queue = ctx.Queue()
-        proc = ctx.Process(target=one_config, args=(args.model, config, settings, queue))
+        a = (args.model, config, settings, queue) if config else (args.model, settings, queue)
+        proc = ctx.Process(target=target, args=a)
         proc.start()
-        result = queue.get()
+        result = shares(queue.get(), out["matmul_gflops"])
         proc.join()
         print(json.dumps(result), flush=True)
         out["results"].append(result)
@@ -146,25 +236,70 @@ def main() -> None:
     print(json.dumps(out))
 
 
+def matmul_rates(args) -> dict[str, float]:
+    """The bf16 matmul's GFLOP/s on these cores at SmolLM2's MLP shapes: decoding (one row
+    per sequence) and an update's (`benchmarks.cpu_dtype`'s shapes), the limits the shares
+    are taken against."""
+    import torch
+
+    from benchmarks.cpu_dtype import matmul_gflops
+
+    rows = args.prompts * args.group
+    return {
+        "decode": round(matmul_gflops(rows, 576, 1536, torch.bfloat16), 1),
+        "update": round(matmul_gflops(16 * 128, 576, 1536, torch.bfloat16), 1),
+    }
+
+
+def shares(result: dict, rates: dict[str, float]) -> dict:
+    """`result` with the share of the matmul limit its generation (and evaluation) and its
+    update reached: useful FLOPs / seconds / the matmul's rate."""
+    decode, update = rates["decode"] * 1e9, rates["update"] * 1e9
+    seconds = result["generate_s"] if "generate_s" in result else result["eval_s"]
+    # (a floor of 0.05 s: a tiny model's seconds round to 0)
+    share = result["generate_flop"] / max(seconds, 0.05) / decode
+    result["generate_share"] = round(share, 2)
+    if "rest_flop" in result:
+        share = result["rest_flop"] / max(result["update_s"], 0.05) / update
+        result["rest_share"] = round(share, 2)
+    return result
+
+
 def table(out: dict) -> str:
-    s = out["settings"]
+    s, rates = out["settings"], out["matmul_gflops"]
     lines = [
         "# One GRPO step on SmolLM2-135M-Instruct, LoRA, 2 CPU threads",
         "",
         f"`python -m benchmarks.smollm2_step`: {s['prompts']} prompts x {s['group']} completions "
         f"x exactly {s['new_tokens']} new tokens, a coin-flip reward (every row in the update), "
-        f"2 updates per batch; median of {s['steps']} steps after the first.",
+        f"2 updates per batch; median of the {s['steps'] - 1} steps after the first. Shares of the "
+        f"bf16 matmul limit at SmolLM2's shapes ({rates['decode']} GFLOP/s decoding, "
+        f"{rates['update']} in an update): generation counts 2 x parameters per token, the "
+        "rest torch's FLOP counter (matmuls and attention, forward and backward).",
         "",
         "| dtype | draw | micro-batch | rollout backend | step (s) | generation (s) | the rest (s) "
-        "| peak RSS (GB) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| generation share | rest share | peak RSS (GB) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    evals = []
     for r in out["results"]:
+        if r["config"] == "evaluation":
+            evals.append(r)
+            continue
         dtype, draw, micro, backend = r["config"].split(":")
         lines.append(
             f"| {dtype} | {draw} | {micro} | {backend} | {r['step_s']} | {r['generate_s']} | "
-            f"{r['update_s']} | {r['peak_rss_gb']} |"
+            f"{r['update_s']} | {r.get('generate_share', '–')} | {r.get('rest_share', '–')} | "
+            f"{r['peak_rss_gb']} |"
         )
+    for r in evals:
+        lines += [
+            "",
+            f"Evaluation (`eval_config`): {r['completions']} completions of up to "
+            f"{s['eval_tokens']} tokens ({r['tokens']} generated) in calls of {s['eval_batch']}: "
+            f"**{r['eval_s']} s**, {r['generate_share']} of the decode limit, peak RSS "
+            f"{r['peak_rss_gb']} GB.",
+        ]
     return "\n".join(lines) + "\n"
 
 

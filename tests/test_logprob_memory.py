@@ -24,5 +24,8 @@ def test_chunked_peak_below_unchunked_and_equal(capsys):
     assert 0 < row["min_mb"] <= row["after_mb"] < row["btv_fp32_mb"] < row["before_mb"]
     check = report["check"]
     assert check["grad_max_abs"] > 0
-    for key in ("logp_max_abs_diff", "entropy_max_abs_diff", "grad_max_abs_diff"):
+    for key in ("logp_max_abs_diff", "grad_max_abs_diff"):
         assert check[key] < 1e-5
+    # An entropy near log(32000) = 10.4 nats, summed over 32,000 float32 terms in another
+    # order (the fused head's -sum p log p against log_softmax's): 1e-6 relative.
+    assert check["entropy_max_abs_diff"] < 1e-5 * 10.4

@@ -95,3 +95,54 @@ def test_without_lora_the_backend_and_the_params_say_what_it_needs(tiny_model, t
     with pytest.raises(ValidationError, match="rollout_backend hf_merged needs lora.enabled"):
         TrainParams(rollout_backend="hf_merged")
     assert TrainParams(rollout_backend="hf_merged", lora=LORA).rollout_backend == "hf_merged"
+
+
+def test_a_sync_copies_what_changed_and_only_that(tiny_model, tokenizer):
+    """After the first sync, a frozen weight is not copied again, unless the policy's tensor
+    changed in place (a load); the merged layers are, every time."""
+    policy = add_lora(copy.deepcopy(tiny_model), LORA)
+    backend = MergedLoRABackend(policy, tokenizer)
+    backend.sync_weights(policy)
+    copied: list[str] = []
+    for name, param in backend._params.items():
+        original = param.copy_
+
+        def spy(src, *a, _name=name, _original=original, **kw):
+            copied.append(_name)
+            return _original(src, *a, **kw)
+
+        param.copy_ = spy
+    backend.sync_weights(policy)
+    base = policy.get_base_model()
+    merged = {f"{n}.weight" for n, m in base.named_modules() if hasattr(m, "lora_A")}
+    assert merged and set(copied) == merged
+    frozen = next(n for n in backend._params if "embed" in n)
+    with torch.no_grad():  # a frozen weight changed in place: copied at the next sync
+        dict(policy.named_parameters())[f"base_model.model.{frozen}"].add_(1.0)
+    copied.clear()
+    backend.sync_weights(policy)
+    assert frozen in copied
+    torch.testing.assert_close(
+        backend._params[frozen], dict(policy.named_parameters())[f"base_model.model.{frozen}"]
+    )
+
+
+def test_held_out_evaluation_decodes_with_the_synced_copy(tiny_model, tokenizer, starts_with_7):  # noqa: F811
+    """After a step's update the copy is stale; `eval_model` syncs it and hands it to the
+    held-out evaluation, and the next rollout batch does not sync again."""
+    policy = add_lora(copy.deepcopy(tiny_model), LORA)
+    cfg = _cfg(lr=5e-2, rollout_backend="hf_merged", lora=LORA)
+    backend = MergedLoRABackend(policy, tokenizer)
+    trainer = GRPOTrainer(policy, tokenizer, cfg, backend=backend)
+    run(trainer, starts_with_7, steps=1, seed=0)
+    model = trainer.sampler.eval_model(policy)
+    assert model is backend.model
+    ids = tokenizer(PROMPTS[:1], return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        torch.testing.assert_close(model(**ids).logits, policy(**ids).logits, atol=1e-5, rtol=0)
+    syncs = []
+    backend.sync_weights = lambda m: syncs.append(m)
+    trainer.sampler.sync_backend()
+    assert syncs == []
+    plain = GRPOTrainer(add_lora(copy.deepcopy(tiny_model), LORA), tokenizer, _cfg(lora=LORA))
+    assert plain.sampler.eval_model(policy) is policy

@@ -289,6 +289,42 @@ def test_the_pipeline_trains_and_evaluates_a_qwen3_model_on_real_benchmark_rows(
     )
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.2])
+def test_the_samplers_speed_ups_draw_the_same_tokens_on_qwen3(qwen3, monkeypatch, temperature):
+    """The growing KV cache and the floored scores: the same tokens, log-probs and entropies
+    as before them, bit for bit, on Qwen's 151,936-token vocabulary in float32 (the random
+    weights' logits are close together: the floor raises nothing at T = 1, some at 0.2)."""
+    from tests.sampler_reference import assert_the_same_draws
+
+    model, tokenizer = qwen3
+    prompts = [render_prompt(tokenizer, q, chat=True) for q in ("What is 2+2?", "Say hi")]
+    assert_the_same_draws(model, tokenizer, prompts, monkeypatch, temperature, 8)
+
+
+def test_the_step_benchmark_times_a_step_its_shares_and_an_evaluation(qwen3_dir, tmp_path):
+    """`benchmarks.smollm2_step` on a small model (the SmolLM2 table's command, shrunk): a
+    step of each configuration with its FLOP-counted share of the matmul limit, and the
+    evaluation row, in the table and its JSON."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "step.md"
+    args = ["--model", str(qwen3_dir), "--prompts", "1", "--group", "2", "--new-tokens", "3"]
+    args += ["--steps", "1", "--configs", "float32:inverse_cdf:2:hf_merged"]
+    args += ["--eval-problems", "2", "--eval-samples", "2", "--eval-tokens", "4"]
+    args += ["--eval-batch", "4", "--out", str(out)]
+    subprocess.run([sys.executable, "-m", "benchmarks.smollm2_step", *args], check=True, cwd=ROOT)
+    result = json.loads(out.with_suffix(".json").read_text())
+    step, evaluation = result["results"]
+    assert step["config"] == "float32:inverse_cdf:2:hf_merged" and step["step_s"] > 0
+    assert step["rest_flop"] > step["generate_flop"] > 0  # two updates and pi_old's scoring
+    assert step["rest_share"] >= 0 and step["generate_share"] >= 0
+    assert evaluation["config"] == "evaluation" and evaluation["completions"] == 4
+    assert evaluation["generate_flop"] > 0 and evaluation["generate_share"] >= 0
+    assert "| float32 | inverse_cdf | 2 | hf_merged |" in out.read_text()
+    assert "Evaluation (`eval_config`): 4 completions" in out.read_text()
+
+
 def test_the_dtype_benchmark_measures_every_sampler_setting(qwen3_dir, tmp_path):
     """`benchmarks.cpu_dtype` on a small model (the SmolLM2 table's command, shrunk): every
     draw and record setting of `benchmarks.cpu_dtype.GENERATIONS` timed in both precisions,

@@ -279,3 +279,16 @@ def test_per_group_generators_sample_a_group_alike_whatever_shares_its_batch(
     assert other.texts[:8] == whole.texts[:8] and other.texts[8:] != whole.texts[8:]
     with pytest.raises(ValueError, match="2 generators for 3 prompts"):
         generate(eos_likely, tokenizer, PROMPTS, 4, 1.0, 20, generators=gens([1, 2]))
+
+
+def test_one_prompt_sampled_many_times_at_temperature_one(tiny_model, tokenizer):
+    """One prompt's group shares one prompt pass, whose logits every row then views (no copy
+    of its own): the sampler's in-place division and floor must not write through that view
+    (it raised "more than one element of the written-to tensor refers to a single memory
+    location" once the floor was in place)."""
+    from grpo_core.rollout.sampler import DRAWS, RECORDS, generate
+
+    for draw in DRAWS:
+        for record in RECORDS:
+            ro = generate(tiny_model, tokenizer, ["Q: 1+1=?"], 4, 1.0, 5, draw=draw, record=record)
+            assert ro.input_ids.shape[0] == 4

@@ -57,16 +57,28 @@ class MergedLoRABackend:
         self.tokenizer = tokenizer
         self.draw = draw
         self._params = dict(self.model.named_parameters())
+        # Per weight of the copy, the policy tensor it was last copied from and that tensor's
+        # version counter (which every in-place change moves: optimizer steps, loads).
+        self._sources: dict[str, tuple[int, int]] = {}
 
     @torch.no_grad()
     def sync_weights(self, model) -> None:
         """Every weight of the copy from the policy's, LoRA merged (`policy_weights`); a name
-        the copy lacks is an error, not a silently stale weight."""
+        the copy lacks is an error, not a silently stale weight. A weight whose policy tensor
+        is the one last copied, unchanged since (a frozen weight of a LoRA policy), is not
+        copied again: after the first sync only the merged layers and whatever else trains
+        are, not the 270 MB of SmolLM2's frozen weights."""
         seen = set()
+        # A merged weight is a new tensor each time, which may reuse a freed one's memory (and
+        # version 0): only the policy's own parameters are skipped.
+        live = {q.data_ptr() for q in model.parameters()}
         for name, tensor in policy_weights(model):
             if name not in self._params:
                 raise KeyError(f"the merged copy has no weight {name!r}")
-            self._params[name].copy_(tensor)
+            source = (tensor.data_ptr(), tensor._version)
+            if source[0] not in live or self._sources.get(name) != source:
+                self._params[name].copy_(tensor)
+                self._sources[name] = source
             seen.add(name)
         missing = set(self._params) - seen
         if missing:

@@ -24,9 +24,9 @@ import weakref
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
 from grpo_core.rollout.forward import forward, prefill, unwrap
+from grpo_core.rollout.kvcache import growing_cache
 from grpo_core.rollout.rollouts import Rollouts, completion_mask_from_ids, position_ids_from_mask
 
 # Generation-config fields that make `model.generate` change the logits beyond temperature
@@ -122,16 +122,25 @@ def _sample(
     if generators is not None and (not generators or b % len(generators)):
         raise ValueError(f"{len(generators)} generators for {b} rows: need whole groups")
     pos = position_ids_from_mask(attn)
-    cache = DynamicCache(config=unwrap(model).config)
+    cache = growing_cache(unwrap(model).config, reserve=max_new_tokens)
     logits = prefill(model, ids, attn, pos, cache, logits_to_keep=1)[:, -1]
     next_pos = pos[:, -1:]
     unfinished = torch.ones(b, dtype=torch.long, device=ids.device)
     tokens, logps, entropies = [], [], []
     for step in range(max_new_tokens):
-        scores = logits.float()  # the logits are not read again: dividing in place is safe
+        # The logits are not read again: dividing and flooring in place is safe, once they
+        # own their memory (a group's rows share one prompt's logits when one prompt is all).
+        scores = logits.float().contiguous()
         if not greedy and temperature != 1.0:
             scores = scores.div_(temperature)
-        logp_all = None if greedy or record == "none" else F.log_softmax(scores, dim=-1)
+        logp_all = None
+        if not greedy:
+            # The draw's scores floored (`floored`): the same tokens, and the same log-probs
+            # of them; the entropies are taken before, so that they too stay as they were.
+            exact = scores if record == "entropy" else None
+            scores = floored(scores, inplace=exact is None)
+            if record != "none":
+                logp_all = F.log_softmax(scores if exact is None else exact, dim=-1)
         if step < min_new_tokens:  # scores are this step's own (.float() or the division)
             scores[:, eos] = -float("inf")
         token = _next_token(scores, greedy, generators, draw)
@@ -184,6 +193,27 @@ def _next_token(
             for p, gen in parts
         ]
     )
+
+
+# e^-87 = 1.6e-38, the smallest float32 exp that is not subnormal (see `floored`).
+SCORE_FLOOR = 87.0
+
+
+def floored(scores: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """`scores` (B, V) raised to at least each row's maximum less `SCORE_FLOOR`.
+
+    softmax and log_softmax take exp(score - max); below -87.3 that exp is subnormal or 0, and
+    torch's vectorised exp then takes a slow path: at a temperature of 0.2 most of a real
+    vocabulary is there, and the two softmaxes were a fifth of a SmolLM2 generation. Floored,
+    those entries weigh e^-87 / total instead of a subnormal or 0, which no float32 sum that
+    holds the row's maximum (e^0 = 1) can see: every other probability, each log-prob of a
+    token that is not floored, and so every draw, are the same bit for bit. (A floored token
+    could be drawn only by a uniform of exactly 0, probability 2^-53 per draw, where
+    `inverse_cdf_draw` takes the first token whose interval is not empty.) An entropy does
+    see them (-p log p summed over tens of thousands of them: up to 1e-31 nats), which is why
+    the sampler takes its entropies before flooring."""
+    floor = scores.amax(dim=-1, keepdim=True).sub_(SCORE_FLOOR)
+    return scores.clamp_(min=floor) if inplace else scores.clamp(min=floor)
 
 
 DRAWS = ("multinomial", "inverse_cdf")

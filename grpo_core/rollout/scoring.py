@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from grpo_core.rollout.forward import (
@@ -22,6 +21,7 @@ from grpo_core.rollout.forward import (
     unwrap,
     zero3_sharded,
 )
+from grpo_core.rollout.head import PIECE_BYTES, fused_head_logprobs
 from grpo_core.rollout.rollouts import Rollouts, position_ids_from_mask
 from grpo_core.rollout.sampler import _sampler_key
 
@@ -47,9 +47,9 @@ def token_logprobs(
     entropy bonus in the loss).
 
     When the float32 logits of the micro-batch's completions, (B, T, V), fit in `chunk_bytes`
-    (default `LOGIT_CHUNK_BYTES`; the tiny world's case), they are the model's own. Otherwise
-    the model returns the final hidden states instead (`forward(hidden=True)`), and the LM
-    head, softmax and gather run on pieces of at most `chunk_bytes` of logits
+    (default `LOGIT_CHUNK_BYTES`) and the head computes in float32 (the tiny world's case),
+    they are the model's own. Otherwise the model returns the final hidden states instead
+    (`forward(hidden=True)`), and the LM head fused with the log-probs runs on pieces of rows
     (`head_logprobs`), so nothing of size (B, T, V) is made, forward or backward: the same
     numbers up to float rounding.
 
@@ -63,9 +63,15 @@ def token_logprobs(
     head = getattr(unwrap(model), "get_output_embeddings", lambda: None)()
     # Not under ZeRO-3 (sharded): the head's weight would be gathered once per piece, a
     # number of collectives that differs between processes.
+    # A model computing in bf16 (a real one: the tiny world's float32 logits fit) takes the
+    # fused head whatever the size: twice as fast as its logits' log_softmax
+    # (benchmarks/results/smollm2-step.md).
     chunked = (
         head is not None
-        and input_ids.shape[0] * t * _vocab(head) * 4 > chunk_bytes
+        and (
+            input_ids.shape[0] * t * _vocab(head) * 4 > chunk_bytes
+            or head.weight.dtype != torch.float32
+        )
         and not zero3_sharded(model)
     )
     pos = position_ids_from_mask(attention_mask)
@@ -108,35 +114,22 @@ def head_logprobs(
     chunk_bytes: int = LOGIT_CHUNK_BYTES,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs and entropies (B, T) of `targets` from the LM head `head` on the hidden
-    states `hidden` (B, T, H), in pieces of at most `chunk_bytes` of float32 logits, each run
-    under activation checkpointing when gradients are on: its logits are freed after the
-    forward and recomputed in the backward, so that the peak holds one piece's."""
-    b, t = targets.shape
-    vocab = _vocab(head)
-    flat_hidden, flat = hidden.reshape(b * t, -1), targets.reshape(b * t)
-    size = max(1, chunk_bytes // (4 * vocab))
-    trains = hidden.requires_grad or any(p.requires_grad for p in head.parameters())
-    grad = torch.is_grad_enabled() and trains
-    logps, entropies = [], []
-    for start in range(0, b * t, size):
-        rows = slice(start, start + size)
-        args = (head, flat_hidden[rows], flat[rows], temperature, with_entropy, entropy_grad)
-        if grad:
-            logp, entropy = checkpoint(_head_piece, *args, use_reentrant=False)
-        else:
-            logp, entropy = _head_piece(*args)
-        logps.append(logp)
-        entropies.append(entropy)
-    logp = torch.cat(logps).reshape(b, t)
-    return logp, torch.cat(entropies).reshape(b, t) if with_entropy else None
+    states `hidden` (B, T, H): the head fused with the log-probs (`grpo_core.rollout.head`), in
+    pieces of at most `chunk_bytes` (and `head.PIECE_BYTES`) of float32 logits, none of them
+    kept for the backward, which recomputes each piece's."""
+    return fused_head_logprobs(
+        head,
+        hidden,
+        targets,
+        temperature,
+        with_entropy,
+        entropy_grad,
+        piece_bytes=min(chunk_bytes, PIECE_BYTES),
+    )
 
 
 def _vocab(head: torch.nn.Module) -> int:
     return getattr(head.weight, "ds_shape", head.weight.shape)[0]  # ZeRO-3: partitioned
-
-
-def _head_piece(head, hidden, targets, temperature, with_entropy, entropy_grad):
-    return _logprobs(head(hidden), targets, temperature, with_entropy, entropy_grad)
 
 
 def _logprobs(logits, targets, temperature, with_entropy, entropy_grad):

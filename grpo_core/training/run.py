@@ -182,7 +182,7 @@ def _train_policy(
             last = done == cfg.steps or budget_spent([*history, metrics], cfg.max_rollouts)
             if heldout.due(done, last):
                 with trainer.parallel.gathered(policy):
-                    metrics = {**metrics, **heldout(policy, done)}
+                    metrics = {**metrics, **heldout(trainer.sampler.eval_model(policy), done)}
             log_step(metrics)
             history.append(metrics)
             monitor.observe(metrics)

@@ -65,6 +65,17 @@ class GroupSampler:
                 self.backend.sync_weights(self.model)
                 self._synced = key
 
+    def eval_model(self, policy):
+        """What held-out evaluation decodes with: the merged-LoRA copy (synced now, so the next
+        rollout batch's sync is free), which decodes with one matmul per layer where the
+        adapters take three; otherwise `policy`. vLLM's engine is not a torch model: `policy`
+        then."""
+        copy = getattr(self.backend, "model", None)
+        if not isinstance(copy, torch.nn.Module):
+            return policy
+        self.sync_backend()
+        return copy
+
     def generators(self, base: int, groups, round_: int) -> list[torch.Generator]:
         """One seeded generator per group (`stream_seed`)."""
         device = self.model.device
