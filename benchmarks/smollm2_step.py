@@ -202,7 +202,7 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS)
+    ap.add_argument("--configs", nargs="*", default=DEFAULT_CONFIGS, help="none: evaluation only")
     ap.add_argument("--eval-problems", type=int, default=150, help="0: no evaluation row")
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--eval-tokens", type=int, default=128)

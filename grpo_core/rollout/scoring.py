@@ -64,8 +64,8 @@ def token_logprobs(
     # Not under ZeRO-3 (sharded): the head's weight would be gathered once per piece, a
     # number of collectives that differs between processes.
     # A model computing in bf16 (a real one: the tiny world's float32 logits fit) takes the
-    # fused head whatever the size: twice as fast as its logits' log_softmax
-    # (benchmarks/results/smollm2-step.md).
+    # fused head whatever the size: half the time of its logits' log_softmax and gather
+    # (grpo_core/rollout/head.py says what was measured).
     chunked = (
         head is not None
         and (
