@@ -297,6 +297,9 @@ def _findings(r: Results) -> dict[str, str]:
 
     put("d3", _check(r, "difficulty", "capacity-boundary", "all", 3), size=True)
     put("d5", _check(r, "difficulty", "capacity-boundary", "all", 5))
+    put("g2", _check(r, "difficulty", "group-size-matters", "g2", "all"))
+    base = r.json("reports/difficulty/summary.json")["base_accuracy"]
+    out["base5"] = pct(base["5"])
     put("fmt", _check(r, "format", "format-shaping-helps-mcq", "with_format", "all"))
     put("cg", _check(r, "codapo", "codapo-beats-grpo", "codapo", "all"), size=True)
     put("easy", _check(r, "difficulty", "easy-is-enough", "easy_tier", 4), size=True)
@@ -470,7 +473,7 @@ def _smollm2_format_row(s: str) -> str:
 
 def _smollm2_format_claim(r: Results) -> dict[str, str]:
     """studies/smollm2's format arm over the seeds: the two claims' intervals (accuracy over
-    levels 1-3; format rate), the spans over seeds of the held-out format rates and of the
+    the levels read, 1-2; format rate), the base's accuracy at level 3 (not read), the spans over seeds of the held-out format rates and of the
     last 5 training steps' boxed share, and the zero-advantage share of the last quarter of
     training (mean over seeds)."""
     out = {}
@@ -479,6 +482,7 @@ def _smollm2_format_claim(r: Results) -> dict[str, str]:
     for key, ch in (("fmt", acc), ("fr", rate)):
         out |= {key: points(ch["mean"]), f"{key}_lo": points(ch["lo"])}
         out[f"{key}_hi"] = points(ch["hi"])
+    out["b3"] = pct(r.json("reports/smollm2/summary.json")["base_accuracy"]["3"])
     for v, key in (("with_format", "w"), ("grpo", "g")):
         cells = [r.json(f"studies/smollm2/cells/{v}-{s}.json") for s in SMOLLM2_FORMAT_SEEDS]
         rates = [c["format_rate"] for c in cells]
@@ -639,29 +643,26 @@ PASSAGES: list[Passage] = [
     # README: the studies' verdicts
     Passage(
         "README.md",
-        "Of {claims} claims, {rep} are reproduced (the capacity boundary: GRPO gains {d3} points "
-        "[{d3_lo}, {d3_hi}] at level 3 and nothing at level 5, {d5} [{d5_lo}, {d5_hi}], as in "
-        "every "
-        "study's GRPO arm; LoRA targets and layers change the update; and on a real pretrained "
-        "model, SmolLM2-135M-Instruct trained with LoRA on this CPU, GRPO gains {sm} points "
-        "[{sm_lo}, {sm_hi}] at level 1 over {sm_n} seeds), {none} show no effect (group "
-        "size 2 against 8 at equal rollouts, LoRA targets and layers on accuracy, our CoDaPO "
-        "guards, and "
-        "a format term on multiple choice: {fmt} points [{fmt_lo}, {fmt_hi}] over {fmt_n} seeds), "
-        "{con} "
-        "are contradicted (CoDaPO trails GRPO by {cg} points [{cg_lo}, {cg_hi}] at equal "
-        "rollouts, over "
-        "{cg_n} seeds; the paper's easy tier falls {easy} points [{easy_lo}, {easy_hi}] short of "
-        "all levels "
-        "at level 4, with all or 45% of the steps; hard problems alone are not worse), {inc} are "
-        "inconclusive, and {nt} are not testable here: trained where the paper trains (questions "
-        "the base never solves), Off-Context GRPO's importance weights average {ocw}, so its "
-        "correction barely changes the objective in this tiny world (beside that verdict, "
-        "OC-GRPO − GRPO at level 5 is {oc} [{oc_lo}, {oc_hi}], at equal rollouts too); and on "
-        "SmolLM2 the format term's two claims are not compared, since its GRPO arm ran without the "
-        "held-out evaluation its with_format arm ran with (with_format trails by {smf} points "
-        "[{smf_lo}, {smf_hi}] over {smf_n} seeds, a difference that waits for GRPO's cells to be "
-        "re-run).",
+        "Of {claims} claims, {rep} are reproduced (GRPO's gain in the middle of the ladder: {d3} "
+        "points [{d3_lo}, {d3_hi}] at level 3, with level 5 not read, since the base solves "
+        "{base5}% of it; LoRA layers change the update; and on a real pretrained model, "
+        "SmolLM2-135M-Instruct trained with LoRA on this CPU, GRPO gains {sm} points [{sm_lo}, "
+        "{sm_hi}] at level 1 over {sm_n} seeds), {none} show no effect (our CoDaPO guards, and a "
+        "format term on multiple choice: {fmt} points [{fmt_lo}, {fmt_hi}] over {fmt_n} seeds), "
+        "{con} are contradicted (CoDaPO trails GRPO by {cg} points [{cg_lo}, {cg_hi}] on levels "
+        "3-4 at equal rollouts, over {cg_n} seeds, with or without GRPO's extra loss terms; the "
+        "paper's easy tier falls {easy} points [{easy_lo}, {easy_hi}] short of all levels at "
+        "level 4), {inc} are inconclusive (group size 2 against 8 at equal rollouts, {g2} "
+        "[{g2_lo}, {g2_hi}] on levels 3-4; LoRA targets and layers on accuracy; the paper's hard "
+        "tier, the questions the base never solves, whose cells wait to be run), and {nt} are not "
+        "testable here: trained where the paper trains (questions the base never solves), "
+        "Off-Context GRPO's importance weights average {ocw}, so its correction barely changes "
+        "the objective in this tiny world, and the base solves {base5}% of level 5, where every "
+        "arm stays (beside that verdict, OC-GRPO − GRPO at level 5 is {oc} [{oc_lo}, {oc_hi}], at "
+        "equal rollouts too); and on SmolLM2 the format term's two claims are not compared, since "
+        "its GRPO arm ran without the held-out evaluation its with_format arm ran with "
+        "(with_format trails by {smf} points [{smf_lo}, {smf_hi}] over {smf_n} seeds, a "
+        "difference that waits for GRPO's cells to be re-run).",
         _findings,
         "reports/*/summary.json",
     ),
@@ -784,7 +785,7 @@ PASSAGES: list[Passage] = [
     Passage(
         "docs/scale.md",
         "Over the three seeds the format term changes held-out accuracy by {fmt} points "
-        "[{fmt_lo}, {fmt_hi}] (levels 1-3;",
+        "[{fmt_lo}, {fmt_hi}] (levels 1-2; level 3, where the base solves {b3}%, is not read;",
         _smollm2_format_claim,
         "reports/smollm2/summary.json",
     ),
@@ -867,9 +868,9 @@ PASSAGES: list[Passage] = [
     Passage(
         "docs/scale.md",
         "Over the three seeds GRPO gains {l1} points [{l1_lo}, {l1_hi}] at level 1 and {l2} "
-        "[{l2_lo}, {l2_hi}] at level 2 (95% t intervals over seeds; the study's claim "
-        "`grpo-teaches-smollm2`: reproduced), and {d3_lo} to {d3_hi} per seed at the untrained "
-        "level 3.",
+        "[{l2_lo}, {l2_hi}] at level 2 (97.5% t intervals over seeds, Bonferroni's for the "
+        "claim's two checks; the study's claim `grpo-teaches-smollm2`: reproduced), and {d3_lo} "
+        "to {d3_hi} per seed at the untrained level 3.",
         _smollm2_claim,
         "reports/smollm2/summary.json",
     ),

@@ -4,19 +4,29 @@ numbers chosen so that every interval and verdict can be computed by hand.
 Questions q1, q2 are level 1, q3, q4 level 2, q5 level 3 (not a reported level: it must not
 enter "all"). Per seed s, with d = 0.10, 0.12, 0.14 for s = 0, 1, 2:
 - base: 0.4 at level 1, 0.1 at level 2; grpo: 0.5 and 0.2; new: grpo's + d (q5: new 1, else 0).
-- So new - grpo = d at every level: mean 0.12, sd 0.02, sem 0.02 / sqrt(3) = 0.011547,
-  half width t(0.975, 2) = 4.302653 x 0.011547 = 0.049683 -> +12.0 [+7.0, +17.0] points;
-  new - base at level 1 = 0.1 + d -> +22.0 [+17.0, +27.0].
+- So new - grpo = d at every level: mean 0.12, sd 0.02, sem 0.02 / sqrt(3) = 0.011547.
+  Each claim has two checks, so each check's interval is Bonferroni's 97.5%: half width
+  t(0.9875, 2) = 6.205347 x 0.011547 = 0.071653 -> +12.0 [+4.8, +19.2] points;
+  new - base at level 1 = 0.1 + d, over q1 and q2 alone: there the evaluation's own noise
+  (k = 400) is larger than the seeds' spread and replaces it. Per seed sum_q p(1-p)/399 over
+  new and base, / 2^2: seed 0 (new 0.6, base 0.4) 2 x (0.24 + 0.24) / 399 / 4 = 0.00060150,
+  seeds 1, 2 (new 0.62, 0.64) 0.00059599, 0.00058947: root mean square 0.024406 > 0.02, half
+  width 6.205347 x 0.024406 / sqrt(3) = 0.087438 -> +22.0 [+13.3, +30.7].
   With a smallest effect of interest of 5 points both are reproduced (lo > 0), not smaller
-  than it (hi > 5 points).
+  than it (hi > 5 points). (The tables of differences, one comparison each, stay at 95%:
+  half width t(0.975, 2) = 4.302653 x 0.011547 = 0.049683 -> +12.0 [+7.0, +17.0].)
+- Every question is evaluated with k = 400 samples, so over the four questions of "all" the
+  evaluation's own noise (1.6 points) stays below the seeds' spread (2 points).
 - dynamics.tokens.logp_incorrect of new: first -1, last -0.9, -0.8, -0.7 -> last - first
-  0.1, 0.2, 0.3: mean 0.2, sd 0.1, half width 0.248414 -> [-0.04841, +0.4484]: holds 0 and
-  the effect of interest 0.1, inconclusive. Decided once the half width drops below
-  max(0.2, 0.1 - 0.2) = 0.2: t(0.975, n-1) x 0.1 / sqrt(n) is 0.248 at n = 3, 0.159 at n = 4.
+  0.1, 0.2, 0.3: mean 0.2, sd 0.1, half width 6.205347 x 0.057735 = 0.358266 ->
+  [-0.1583, +0.5583]: holds 0 and the effect of interest 0.1, inconclusive. Decided with 80%
+  power once (t(0.9875, n-1) + t(0.8, n-1)) x 0.1 / sqrt(n) drops below max(0.2, 0.1 - 0.2)
+  = 0.2: 0.2578 at n = 4, 0.1984 at n = 5.
 - dynamics.weights.rel_update: new 0.020, 0.021, 0.022, grpo 0.010 -> 0.010, 0.011, 0.012:
-  mean 0.011, half width 4.302653 x 0.001 / sqrt(3) = 0.002484 -> [+0.008516, +0.01348],
+  mean 0.011, half width 6.205347 x 0.001 / sqrt(3) = 0.003583 -> [+0.007417, +0.01458],
   wholly above 0 where the claim expects "worse": contradicted; so is the claim.
-- The precondition (base accuracy at level 1 below 0.5) holds: 0.4.
+- The precondition (base accuracy at level 1 below 0.5) holds: 0.4. The base solves 40% of
+  level 1 and 10% of level 2, inside 5-95%: both levels are read.
 """
 
 import json
@@ -29,6 +39,7 @@ import yaml
 
 from grpo_core.studies.findings import write_findings
 from grpo_core.studies.report import load_results, write_report
+from grpo_core.studies.spec import Study
 
 D = {0: 0.10, 1: 0.12, 2: 0.14}
 LEVELS = {"q1": 1, "q2": 1, "q3": 2, "q4": 2, "q5": 3}
@@ -119,7 +130,7 @@ def write_questions(folder, variant: str, seed: int) -> None:
             "level": pa.array(list(LEVELS.values()), pa.int64()),
             "accuracy": [acc[q] for q in LEVELS],
             "greedy": pa.array([None] * 5, pa.float64()),
-            "samples": [4] * 5,
+            "samples": [400] * 5,
         }
     )
     pq.write_table(table, folder / "questions.parquet")
@@ -175,17 +186,19 @@ def make_study(root, name: str = "demo", seeds=(0, 1, 2), dynamics=("grpo", "new
 
 
 BETTER = "expected better, smallest effect of interest"
-NEW_GRPO = f"new − grpo overall: +12.0 [+7.0, +17.0] pts ({BETTER} 5.0 pts), 3 seeds → reproduced"
+BONF = "3 seeds, 97.5% interval (Bonferroni, 2 checks)"
+NEW_GRPO = f"new − grpo overall: +12.0 [+4.8, +19.2] pts ({BETTER} 5.0 pts), {BONF} → reproduced"
 NEW_BASE = (
-    f"new − base at level 1: +22.0 [+17.0, +27.0] pts ({BETTER} 5.0 pts), 3 seeds → reproduced"
+    f"new − base at level 1: +22.0 [+13.3, +30.7] pts ({BETTER} 5.0 pts), {BONF}, sd = the "
+    "evaluation's noise 2.44 pts, above the seeds' 2.00 → reproduced"
 )
 LOGP = (
-    "new dynamics.tokens.logp_incorrect (last − first): +0.2 [-0.04841, +0.4484] "
-    f"({BETTER} 0.1), 3 seeds → inconclusive (about 4 seeds would decide it)"
+    "new dynamics.tokens.logp_incorrect (last − first): +0.2 [-0.1583, +0.5583] "
+    f"({BETTER} 0.1), {BONF} → inconclusive (about 5 seeds would decide it at 80% power)"
 )
 REL_UPDATE = (
-    "new − grpo dynamics.weights.rel_update: +0.011 [+0.008516, +0.01348] (expected worse, "
-    "smallest effect of interest 0.005), 3 seeds → contradicted (wholly on the other side of 0)"
+    "new − grpo dynamics.weights.rel_update: +0.011 [+0.007417, +0.01458] (expected worse, "
+    f"smallest effect of interest 0.005), {BONF} → contradicted (wholly on the other side of 0)"
 )
 
 
@@ -234,20 +247,23 @@ def test_report_tables_verdicts_figures_and_summary(tmp_path):
     )
     assert (
         "| `new-beats-grpo` | new trains to a higher accuracy than grpo | +3.8 points | "
-        f"{NEW_GRPO}; {NEW_BASE} | **reproduced** |"
+        f"{NEW_GRPO}; {NEW_BASE} | new –, grpo – | **reproduced** |"
     ) in lines
-    assert f"| {LOGP}; {REL_UPDATE} | **contradicted (wholly on the other side of 0)** |" in text
+    assert (
+        f"| {LOGP}; {REL_UPDATE} | new –, grpo – "
+        "| **contradicted (wholly on the other side of 0)** |" in text
+    )
     assert (
         "- the base is far from solving level 1: base accuracy at level 1 = 0.4 (needs < 0.5; "
         "mean of 3 seeds) → holds"
     ) in lines
-    # detectable with 80% power: (4.302653 + 1.060660) x 0.02 / sqrt(3) = 6.19 points; the
-    # spread between seeds is the sd of d, 2 points. Eval noise of a seed's difference, k = 4:
-    # sum over q1-q4 of p(1-p)/3 for new and grpo, / 4^2; at seed 0 (new 0.6, 0.3; grpo 0.5,
-    # 0.2) 2 x (0.08 + 0.07 + 0.083333 + 0.053333) / 16 = 0.035833, at seeds 1 and 2 0.035967
-    # and 0.036033: root mean square sqrt(0.035944) = 0.18959, 19.0 points.
+    # detectable with 80% power at the check's 97.5%: (6.205347 + 1.060660) x 0.02 / sqrt(3)
+    # = 8.39 points; the spread between seeds is the sd of d, 2 points. Eval noise of a seed's
+    # difference, k = 400: sum over q1-q4 of p(1-p)/399 for new and grpo, / 4^2; at seed 0
+    # (new 0.6, 0.3; grpo 0.5, 0.2) 2 x (0.24 + 0.25 + 0.21 + 0.16) / 399 / 16 = 0.00026942,
+    # at seeds 1 and 2 0.00027043 and 0.00027093: root mean square 0.016439, 1.6 points.
     assert (
-        "| new − grpo overall | 5.0 pts | 6.2 pts | 2.0 pts | 19.0 pts | 3 | "
+        "| new − grpo overall | 5.0 pts | 8.4 pts | 2.0 pts | 1.6 pts | 3 | "
         "the paper's +3.8, rounded |"
     ) in lines
     # Accuracy: q5 (level 3) is not in "all"; a constant one has a point interval.
@@ -285,14 +301,21 @@ def test_report_tables_verdicts_figures_and_summary(tmp_path):
     assert summary["preconditions"][0]["holds"] is True
     check = first["checks"][0]
     assert (check["mean"], check["lo"], check["hi"]) == pytest.approx(
-        (0.12, 0.12 - 0.049683, 0.12 + 0.049683), abs=1e-6
+        (0.12, 0.12 - 0.071653, 0.12 + 0.071653), abs=1e-6
     )
     assert (check["n"], check["outcome"], check["text"]) == (3, "reproduced", NEW_GRPO)
-    assert check["detectable"] == pytest.approx(0.0619, abs=1e-4)
-    assert check["eval_noise"] == pytest.approx(0.18959, abs=1e-5)
+    assert check["detectable"] == pytest.approx(0.0839, abs=1e-4)
+    assert check["eval_noise"] == pytest.approx(0.016439, abs=1e-5)
+    assert check["confidence"] == pytest.approx(0.975) and check["noise_floored"] is False
+    assert first["signal"] == {
+        "new": None,
+        "grpo": None,
+    }  # no frac_reward_zero_std in these train.csv
+    assert summary["movable_levels"] == [1, 2]
+    assert summary["base_accuracy"] == {"1": pytest.approx(0.4), "2": pytest.approx(0.1)}
     assert check["seed_spread"] == pytest.approx(0.02)
     assert [c["outcome"] for c in second["checks"]] == ["inconclusive", "contradicted"]
-    assert second["checks"][0]["seeds_to_decide"] == 4
+    assert second["checks"][0]["seeds_to_decide"] == 5
     assert second["checks"][0]["level"] is None
 
 
@@ -303,8 +326,16 @@ def test_a_missing_cell_is_listed_and_left_out(tmp_path):
     text = write_report(study_dir, tmp_path / "reports").read_text()
     assert "5 / 6 cells done" in text
     assert "Missing: `new-2`." in text
-    # d = 0.10, 0.12: mean 0.11, sem 0.01, half width t(0.975, 1) = 12.7062 x 0.01
-    assert f"new − grpo overall: +11.0 [-1.7, +23.7] pts ({BETTER} 5.0 pts), 2 seeds" in text
+    # d = 0.10, 0.12: mean 0.11, sd 0.014142. The table of differences: half width
+    # t(0.975, 1) = 12.7062 x 0.01 -> [-1.7, +23.7]. The check: the evaluation's noise over
+    # seeds 0 and 1, sqrt((0.00026942 + 0.00027043) / 2) = 0.016430, is above the seeds' sd
+    # and replaces it, at Bonferroni's 97.5%: 25.451700 x 0.016430 / sqrt(2) = 0.29569.
+    assert "| new − grpo | +11.0 [-1.7, +23.7] | +11.0 [-1.7, +23.7] |" in text
+    assert (
+        f"new − grpo overall: +11.0 [-18.6, +40.6] pts ({BETTER} 5.0 pts), 2 seeds, 97.5% "
+        "interval (Bonferroni, 2 checks), sd = the evaluation's noise 1.64 pts, above the seeds' "
+        "1.41 → inconclusive"
+    ) in text
     assert "| new | 2 | 4 | 64 | – | 1:10 | 1:30 |" in text
 
 
@@ -313,8 +344,8 @@ def test_one_seed_is_inconclusive(tmp_path):
     md = write_report(study_dir, tmp_path / "reports")
     text = md.read_text()
     assert (
-        f"new − grpo overall: +10.0 (n=1) pts ({BETTER} 5.0 pts), 1 seed → inconclusive "
-        "(1 seed: no interval)"
+        f"new − grpo overall: +10.0 (n=1) pts ({BETTER} 5.0 pts), 1 seed, 97.5% interval "
+        "(Bonferroni, 2 checks) → inconclusive (1 seed: no interval)"
     ) in text
     verdicts = [line.split(" | ")[-1] for line in text.splitlines() if line.startswith("| `")]
     assert verdicts == ["**inconclusive (1 seed: no interval)** |"] * 2
@@ -371,9 +402,10 @@ def test_findings_show_the_verdicts_before_beside_the_new(tmp_path):
     reports = tmp_path / "reports"
     write_report(make_study(tmp_path), reports)
     (reports / "verdicts-before.json").write_text(
-        json.dumps({"demo/new-beats-grpo": "inconclusive"})
+        json.dumps({"_rules": "under the old rules", "demo/new-beats-grpo": "inconclusive"})
     )
     lines = write_findings(reports, tmp_path / "docs" / "findings.md").read_text().splitlines()
+    assert "The verdict before: under the old rules." in lines
     assert "| study | claim | paper's number | ours | verdict | verdict before | rerun |" in lines
     rows = [line for line in lines if line.startswith("| [")]
     assert rows[0].endswith("| **reproduced** | inconclusive | `dvc repro studies/demo/dvc.yaml` |")
@@ -568,3 +600,146 @@ def test_the_report_says_what_a_seed_replicates_from_the_bases_the_cells_record(
     )
     record("grpo", 2, None)  # two cells of the same era: compared on their params alone
     assert config_difference(load_results(study_dir), "new", "grpo") is None
+
+
+def _set_base(study_dir, level_acc: dict[int, float]) -> None:
+    """Rewrite every seed's base evaluation with accuracy `level_acc[level]` on each question."""
+    for folder in sorted((study_dir / "base").iterdir()):
+        if folder.is_dir():
+            path = folder / "questions.parquet"
+            rows = pq.read_table(path).to_pydict()
+            rows["accuracy"] = [
+                level_acc.get(lv, a) for lv, a in zip(rows["level"], rows["accuracy"], strict=True)
+            ]
+            pq.write_table(pa.table(rows), path)
+
+
+def test_claims_read_only_the_levels_where_something_can_move(tmp_path):
+    # The base solves 2% of level 2 (the floor): "all" reads level 1 alone, and a check at
+    # level 2 is not testable, and so is its claim.
+    study_dir = make_study(tmp_path)
+    spec = yaml.safe_load((study_dir / "study.yaml").read_text())
+    spec["claims"][0]["checks"][1]["level"] = 2
+    spec["preconditions"] = []  # (its bound on level 1 would fail first at 97%, below)
+    (study_dir / "study.yaml").write_text(yaml.safe_dump(spec))
+    _set_base(study_dir, {2: 0.02})
+    results = load_results(study_dir)
+    assert results.base_accuracy() == {1: pytest.approx(0.4), 2: pytest.approx(0.02)}
+    assert results.movable_levels() == [1]
+    write_report(study_dir, tmp_path / "reports")
+    summary = json.loads((tmp_path / "reports" / "demo" / "summary.json").read_text())
+    first = summary["claims"][0]
+    overall, at_two = first["checks"]
+    assert overall["text"].startswith("new − grpo at level 1 (where the base solves 5%-95%): +12.0")
+    assert overall["outcome"] == "reproduced"
+    assert at_two["outcome"] == "not testable here"
+    assert at_two["note"] == "the base solves 2.0% at level 2: at the floor, outside 5%-95%"
+    # the pinned check does not decide the claim: the other does, alone, at 95% (no Bonferroni)
+    assert "Bonferroni" not in overall["text"] and overall["confidence"] == 0.95
+    assert (first["verdict"], first["note"]) == ("reproduced", f"not read: {at_two['note']}")
+    # At 97% on level 1 too, nothing can move anywhere: "all" is not testable either.
+    _set_base(study_dir, {1: 0.97})
+    write_report(study_dir, tmp_path / "reports")
+    summary = json.loads((tmp_path / "reports" / "demo" / "summary.json").read_text())
+    assert summary["movable_levels"] == []
+    first = summary["claims"][0]
+    overall = first["checks"][0]
+    assert overall["note"] == (
+        "every level at the floor or the ceiling (the base solves 97.0% at level 1, 2.0% at "
+        "level 2; outside 5%-95%)"
+    )
+    # every check pinned: the claim is not testable
+    assert (first["verdict"], first["note"]) == ("not testable here", overall["note"])
+
+
+def test_a_claim_on_an_arm_that_barely_trains_is_not_testable(tmp_path):
+    # new's groups have reward spread at 3% of its steps' groups on average (frac_reward_zero_std
+    # 0.96 and 0.98: mean 0.97), grpo's at 60%: new barely trains.
+    study_dir = make_study(tmp_path)
+    spec = yaml.safe_load((study_dir / "study.yaml").read_text())
+    spec["claims"].append(
+        {
+            "id": "new-is-worse",
+            "claim": "new, which barely trains, does worse than grpo",
+            "paper": "-",
+            "checks": [
+                {"variant": "new", "baseline": "grpo", "expect": "worse", "effect": 0.05},
+            ],
+        }
+    )
+    (study_dir / "study.yaml").write_text(yaml.safe_dump(spec))
+    for seed in (0, 1, 2):
+        for variant, zero_std in (("new", (0.96, 0.98)), ("grpo", (0.4, 0.4))):
+            (study_dir / "cells" / f"{variant}-{seed}" / "train.csv").write_text(
+                "step,reward,frac_reward_zero_std\n"
+                + "".join(f"{i},0.5,{z}\n" for i, z in enumerate(zero_std))
+            )
+    md = write_report(study_dir, tmp_path / "reports")
+    summary = json.loads((tmp_path / "reports" / "demo" / "summary.json").read_text())
+    first = summary["claims"][0]
+    assert first["signal"] == {"new": pytest.approx(0.03), "grpo": pytest.approx(0.6)}
+    assert (first["verdict"], first["note"]) == (
+        "not testable here",
+        "new barely trains: 3.0% of its groups have reward spread (needs 5%)",
+    )
+    assert first["checks"][0]["outcome"] == "reproduced"  # the check itself is still shown
+    # new is also the variant of a check that expects better in the second claim: refused too
+    assert summary["claims"][1]["verdict"] == "not testable here"
+    # a claim that new does worse may rest on its not training: judged, and wrong here
+    third = summary["claims"][2]
+    assert third["signal"] == {"new": pytest.approx(0.03), "grpo": pytest.approx(0.6)}
+    assert third["verdict"] == "contradicted"
+    assert "| new 3%, grpo 60% | **not testable here (new barely trains" in md.read_text()
+
+
+def test_the_capacity_boundary_counts_only_arms_that_train_the_level(tmp_path, monkeypatch):
+    """An arm that never trains level 2 is not counted there; where the base sits at the floor
+    (2% at level 2) the boundary is not testable, and so is the verdict over the arms."""
+    from grpo_core.studies import findings
+
+    monkeypatch.setattr(findings, "BOUNDARY", ((1, "better", 0.05), (2, "equal", 0.02)))
+    reports = tmp_path / "reports"
+    for name, levels in (("narrow", [1]), ("floor", [1, 2])):
+        study_dir = make_study(tmp_path, name)
+        spec = yaml.safe_load((study_dir / "study.yaml").read_text())
+        spec["grpo_arm"] = "new"
+        spec["params"] = {"train.levels": levels}
+        (study_dir / "study.yaml").write_text(yaml.safe_dump(spec))
+        if name == "floor":
+            _set_base(study_dir, {2: 0.02})
+        write_report(study_dir, reports)
+    assert json.loads((reports / "narrow" / "summary.json").read_text())["grpo_arm"][
+        "train_levels"
+    ] == [1]
+    lines = write_findings(reports, tmp_path / "docs" / "findings.md").read_text().splitlines()
+    rows = {line.split("]")[0][3:]: line for line in lines if "`train.levels" in line}
+    assert rows["narrow"].endswith("| – | not counted: does not train level 2 |")
+    # new - base at level 2 with the base at 0.02: 0.18 + d, +30.0 [+25.0, +35.0]
+    assert rows["floor"].endswith(
+        "| +30.0 [+25.0, +35.0] | not testable here (the base solves 2.0%: at the floor) |"
+    )
+    assert (
+        "Over every study's GRPO arm: **not testable here (the base solves 2.0%: at the floor)**."
+        in lines
+    )
+
+
+def test_a_study_states_its_own_band(tmp_path):
+    # The base solves 2% of level 2, below the default band; a study whose base is held down by
+    # something every arm learns states band [0, 0.95], and level 2 is read again.
+    study_dir = make_study(tmp_path)
+    spec = yaml.safe_load((study_dir / "study.yaml").read_text())
+    spec["claims"][0]["checks"][1]["level"] = 2
+    spec["band"] = [0.0, 0.95]
+    (study_dir / "study.yaml").write_text(yaml.safe_dump(spec))
+    _set_base(study_dir, {2: 0.02})
+    assert load_results(study_dir).movable_levels() == [1, 2]
+    md = write_report(study_dir, tmp_path / "reports")
+    summary = json.loads((tmp_path / "reports" / "demo" / "summary.json").read_text())
+    assert summary["band"] == [0.0, 0.95]
+    assert [c["outcome"] for c in summary["claims"][0]["checks"]] == ["reproduced"] * 2
+    assert "it reads the levels where the base solves 0%-95% (study.yaml `band`)" in md.read_text()
+    for bad in ([0.5, 0.5], [-0.1, 0.9], [0.1, 1.2]):
+        spec["band"] = bad
+        with pytest.raises(ValueError, match="band must be"):
+            Study.model_validate(spec)

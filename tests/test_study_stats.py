@@ -12,14 +12,17 @@ from grpo_core.studies.stats import (
     REPRODUCED,
     Interval,
     Outcome,
+    bonferroni,
     check_outcome,
     detectable_effect,
     paired_differences,
     paired_interval,
     seed_means,
+    seed_spread,
     seeds_to_decide,
     t_interval,
     verdict,
+    width_sd,
 )
 
 # t(0.975, df=2) and t(0.975, df=1), from tables.
@@ -162,7 +165,7 @@ def test_check_outcome(lo, hi, expect, verdict, note):
     if note is not None:
         assert outcome.note == note
     else:
-        assert outcome.note.endswith("would decide it")
+        assert outcome.note.endswith("would decide it at 80% power")
 
 
 def test_the_table_reaches_every_branch():
@@ -202,17 +205,53 @@ def test_detectable_effect_by_hand():
 
 def test_seeds_to_decide_by_hand():
     # An interval of mean 0.02 from 3 seeds whose spread (sd) is 0.03. For "better" with E = 0.05
-    # the half width must drop below h* = max(0.02, 0.05 - 0.02) = 0.03, and
-    # t(0.975, n-1) * 0.03 / sqrt(n) < 0.03 first holds at n = 7 (2.446912 / sqrt(7) = 0.924843;
-    # n = 6: 2.570582 / sqrt(6) = 1.049436).
+    # the estimate must land within h* = max(0.02, 0.05 - 0.02) = 0.03 of the mean with 80%
+    # power: (t(0.975, n-1) + t(0.8, n-1)) * 0.03 / sqrt(n) < 0.03 first holds at n = 10
+    # ((2.262157 + 0.883404) / sqrt(10) = 0.994714; n = 9: (2.306004 + 0.888890) / 3 = 1.064965).
+    # At 50% power (t(0.5) = 0) the half width alone: 2.446912 / sqrt(7) = 0.924843 < 1, n = 7.
     sd, n = 0.03, 3
     half = T2 * sd / math.sqrt(n)
     iv = Interval(0.02, 0.02 - half, 0.02 + half, n)
-    assert seeds_to_decide(iv, "better", 0.05) == 7
+    assert seeds_to_decide(iv, "better", 0.05) == 10
+    assert seeds_to_decide(iv, "better", 0.05, power=0.5) == 7
     outcome = check_outcome(iv, "better", 0.05)
-    assert outcome == Outcome(INCONCLUSIVE, "about 7 seeds would decide it", 7)
+    assert outcome == Outcome(INCONCLUSIVE, "about 10 seeds would decide it at 80% power", 10)
     # "equal" within 0.05: h* = |0.05 - 0.02| = 0.03, the same n
-    assert seeds_to_decide(iv, "equal", 0.05) == 7
+    assert seeds_to_decide(iv, "equal", 0.05) == 10
+
+
+def test_bonferroni_by_hand():
+    # 3 checks: each at 1 - 0.05 / 3 = 0.98333; one check: 0.95 unchanged
+    assert bonferroni(3) == pytest.approx(0.983333, abs=1e-6)
+    assert bonferroni(1) == pytest.approx(0.95)
+    with pytest.raises(ValueError, match="at least one check"):
+        bonferroni(0)
+    # values 0.1, 0.2, 0.3 (sd 0.1, se 0.057735) at 98.33%: t(1 - 0.05/6, 2) = 7.648804,
+    # half width 0.441604, against 0.248414 at 95%
+    iv = t_interval([0.1, 0.2, 0.3], bonferroni(3))
+    assert (iv.lo, iv.hi) == pytest.approx((0.2 - 0.441604, 0.2 + 0.441604), abs=1e-6)
+    assert iv.confidence == pytest.approx(0.983333, abs=1e-6)
+    assert seed_spread(iv) == pytest.approx(0.1)  # the spread does not widen with it
+    # what the seeds detect is read at the interval's own confidence:
+    # (7.648804 + 1.060660) * 0.057735 = 0.502842
+    assert detectable_effect(iv) == pytest.approx(0.502842, abs=1e-5)
+
+
+def test_noise_floor_replaces_a_smaller_seed_spread():
+    # values 0.01, 0.02, 0.03: sd 0.01. The evaluation's own noise in a seed's value is 0.03,
+    # larger, so the interval's sd is 0.03: 0.02 +- 4.302653 * 0.03 / sqrt(3) = +-0.074524
+    iv = t_interval([0.01, 0.02, 0.03], sd_floor=0.03)
+    assert iv.floored
+    assert (iv.lo, iv.hi) == pytest.approx((0.02 - 0.074524, 0.02 + 0.074524), abs=1e-6)
+    assert seed_spread(iv) == pytest.approx(0.01)  # the seeds' own spread, kept
+    assert width_sd(iv) == pytest.approx(0.03)
+    # a floor below the spread changes nothing; so does a nan floor (no k recorded)
+    for floor in (0.005, math.nan):
+        same = t_interval([0.01, 0.02, 0.03], sd_floor=floor)
+        assert not same.floored
+        assert (same.lo, same.hi) == pytest.approx((0.02 - 0.024841, 0.02 + 0.024841), abs=1e-6)
+    # identical seeds with evaluation noise get an interval, not a refusal
+    assert t_interval([0.02, 0.02, 0.02], sd_floor=0.03).hi == pytest.approx(0.094524, abs=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from pathlib import Path
 from grpo_core.io import atomic_path
 from grpo_core.studies import stats
 from grpo_core.studies.report import _table
+from grpo_core.studies.spec import BAND
 
 VERDICTS = (
     stats.REPRODUCED,
@@ -23,13 +24,15 @@ VERDICTS = (
 
 def write_findings(reports_root: Path, target: Path) -> Path:
     """`target` (docs/findings.md): every report's claims and verdicts, in one table; with
-    `reports_root/verdicts-before.json` (claim -> verdict under the rules before smallest
-    effects of interest), a column of those beside the new ones."""
+    `reports_root/verdicts-before.json` (`study/claim` -> the verdict under the rules before
+    the latest change; `_rules`, if present, says which change), a column of those beside the
+    new ones."""
     summaries = [
         json.loads(p.read_text()) for p in sorted(Path(reports_root).glob("*/summary.json"))
     ]
     before_path = Path(reports_root) / "verdicts-before.json"
     before = json.loads(before_path.read_text()) if before_path.exists() else None
+    rules = before.pop("_rules", None) if before is not None else None
     claims = [(s, c) for s in summaries for c in s["claims"]]
     counts = {v: sum(c["verdict"] == v for _, c in claims) for v in VERDICTS}
     ns = [ch["n"] for _, c in claims for ch in c["checks"]]
@@ -53,6 +56,8 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         "or out against the claim's smallest effect of interest (docs/studies.md#the-statistics).",
         "",
     ]
+    if rules:
+        out += [f"The verdict before: {rules}.", ""]
     rows = []
     for s, c in claims:
         link = os.path.relpath(Path(reports_root) / f"{s['name']}.md", target.parent)
@@ -101,7 +106,10 @@ def _boundary_section(summaries: list[dict], reports_root: Path, target: Path) -
             else f"level {lv} equal to the base within ±{100 * e:.0f} points"
             for lv, expect, e in BOUNDARY
         )
-        + ".",
+        + f". An arm counts at a level only if it trains that level, and a level where the base "
+        f"solves less than {BAND[0]:.0%} or more than {BAND[1]:.0%} (or outside the band its "
+        "study states) is not testable here: "
+        "every arm sits at the floor or the ceiling, and a claim of no gain cannot fail there.",
         "",
     ]
     head = ["study", "GRPO arm", "trains"]
@@ -117,13 +125,22 @@ def _boundary_section(summaries: list[dict], reports_root: Path, target: Path) -
             if d is None or d["mean"] is None:
                 row += ["–", "–"]
                 continue
-            nan = math.nan
-            interval = stats.Interval(
-                d["mean"],
-                nan if d["lo"] is None else d["lo"],
-                nan if d["hi"] is None else d["hi"],
-                d["n"],
-            )
+            trained = arm.get("train_levels")
+            if trained is not None and lv not in trained:
+                # an arm that never trains the level replicates nothing there
+                row += ["–", f"not counted: does not train level {lv}"]
+                continue
+            base = s.get("base_accuracy", {}).get(str(lv))
+            lo, hi = s.get("band", BAND)
+            if base is not None and not lo <= base <= hi:
+                where = "the floor" if base < lo else "the ceiling"
+                outcome = stats.Outcome(
+                    stats.NOT_TESTABLE, f"the base solves {base:.1%}: at {where}"
+                )
+                outcomes.append(outcome)
+                row += [_fmt_difference(d), str(outcome)]
+                continue
+            interval = _interval(d)
             outcome = stats.check_outcome(interval, expect, effect)
             outcomes.append(outcome)
             row += [interval.fmt(signed=True), str(outcome)]
@@ -131,3 +148,13 @@ def _boundary_section(summaries: list[dict], reports_root: Path, target: Path) -
     out += _table(head, rows)
     out += ["", f"Over every study's GRPO arm: **{stats.verdict(outcomes)}**."]
     return out
+
+
+def _interval(d: dict) -> stats.Interval:
+    nan = math.nan
+    lo, hi = (nan if d[k] is None else d[k] for k in ("lo", "hi"))
+    return stats.Interval(d["mean"], lo, hi, d["n"])
+
+
+def _fmt_difference(d: dict) -> str:
+    return _interval(d).fmt(signed=True)

@@ -17,21 +17,27 @@ import numpy as np
 
 from grpo_core.io import atomic_path, write_json
 from grpo_core.studies import figures, stats
+from grpo_core.studies.claims import (
+    MIN_SIGNAL,
+    Verdicts,
+    claim_results,
+    claim_signal,
+    precondition_results,
+    signal_text,
+)
 from grpo_core.studies.results import (
     ALL,
     BASE,
     MINUS,
     TOKEN_KEYS,
     Results,
-    Verdicts,
     accuracy_interval,
-    claim_results,
     difference,
     label,
     load_results,
-    precondition_results,
     replication,
 )
+from grpo_core.studies.spec import BAND
 
 
 def write_report(study_dir: Path, out_root: Path) -> Path:
@@ -81,6 +87,7 @@ def _summary(results: Results, claims: Verdicts) -> dict:
                 "paper": claim.paper,
                 "verdict": verdict.verdict,
                 "note": verdict.note,
+                "signal": claim_signal(results, claim),
                 "checks": [
                     {
                         "variant": r.check.variant,
@@ -99,6 +106,8 @@ def _summary(results: Results, claims: Verdicts) -> dict:
                         "seeds_to_decide": r.outcome.seeds_to_decide,
                         "detectable": num(r.detectable),
                         "seed_spread": num(stats.seed_spread(r.interval)),
+                        "confidence": r.interval.confidence,
+                        "noise_floored": r.interval.floored,
                         "eval_noise": num(r.eval_noise),
                         "text": r.text,
                     }
@@ -107,6 +116,9 @@ def _summary(results: Results, claims: Verdicts) -> dict:
             }
             for claim, checks, verdict in claims
         ],
+        "band": list(results.study.band),
+        "movable_levels": results.movable_levels(),
+        "base_accuracy": {str(lv): acc for lv, acc in results.base_accuracy().items()},
         "grpo_arm": _grpo_arm(results),
     }
 
@@ -127,9 +139,11 @@ def _grpo_arm(results: Results) -> dict | None:
             "hi": None if math.isnan(d.hi) else d.hi,
             "n": d.n,
         }
+    levels = overrides.get("train.levels")
     return {
         "variant": study.grpo_arm,
         "trains": _overrides({k: v for k, v in overrides.items() if k.startswith("train.")}),
+        "train_levels": None if levels is None else [int(lv) for lv in levels],
         "vs_base": vs_base,
     }
 
@@ -146,7 +160,7 @@ def _wall_total(results: Results) -> float:
     )
 
 
-METHOD = """\
+METHOD = f"""\
 Each cell is evaluated on the eval split with k samples per question: a question's accuracy is
 avg@k, the fraction of its k samples that are correct. A cell's accuracy at a level is the mean
 over that level's questions ("all": over the questions of every reported level). The unit of
@@ -158,20 +172,31 @@ evaluated at each seed too. A metric other than accuracy is a key of the cells' 
 first/last pair counts as last - first), taken per seed, minus the baseline's at the same seed
 when the check has one.
 
+A claim is read only where something can move. An accuracy check at a level where the base
+solves less than {BAND[0]:.0%} or more than {BAND[1]:.0%} (or outside the `band` the study states)
+is **not testable here** (the floor or
+the ceiling); an "all" check reads the levels inside that band. A claim is not testable either
+when an arm it compares barely trains: fewer than {MIN_SIGNAL:.0%} of its groups with reward
+spread (the share is stated per claim), or when one of the study's preconditions fails.
+
 Every check states its direction and its smallest effect of interest E (the paper's size where
-it gives one, translated to the tiny world; otherwise a stated margin). From the 95% interval
-[lo, hi] of the difference, in this order: *better* is **reproduced** when lo > 0 ("smaller
-than the smallest effect of interest" when hi < E too), shows **no effect** when the interval
-holds 0 inside [-E, E], is **contradicted** when hi < E (the interval rules out the claimed
-effect, or lies below 0), and is **inconclusive** otherwise, with the seeds that would decide
-it at the observed mean and spread; *worse* mirrors it. *different* is tested two-sided:
-reproduced when the interval excludes 0, no effect when it holds 0 inside [-E, E]. *equal* is
-reproduced when the interval lies inside [-E, E] and contradicted when it lies wholly outside.
-One seed gives no interval, and a zero-width interval (every seed gave the same value) is
-refused: both are inconclusive. "detectable" is the smallest difference the seeds detect with
-80% power at the observed spread. A claim takes its weakest check's verdict (contradicted, then
-no effect, then inconclusive, then reproduced), and is **not testable here** when one of the
-study's preconditions fails."""
+it gives one, translated to the tiny world; otherwise a stated margin). Three seeds estimate
+their own spread poorly, so the interval is widened twice where it must be: a claim with m > 1
+checks, any one of which can decide it, takes each interval at 1 - 0.05 / m (Bonferroni); and
+where the spread between seeds is below the evaluation's own noise in a seed's difference (k
+samples per question, which that spread contains), the interval's sd is that noise. The check
+says when either applies. From the interval [lo, hi], in this order: *better* is
+**reproduced** when lo > 0 ("smaller than the smallest effect of interest" when hi < E too),
+shows **no effect** when the interval holds 0 inside [-E, E], is **contradicted** when hi < E
+(the interval rules out the claimed effect, or lies below 0), and is **inconclusive**
+otherwise, with the seeds that would decide it with 80% power were the observed mean and
+spread the true ones; *worse* mirrors it. *different* is tested two-sided: reproduced when the
+interval excludes 0, no effect when it holds 0 inside [-E, E]. *equal* is reproduced when the
+interval lies inside [-E, E] and contradicted when it lies wholly outside. One seed gives no
+interval, and a zero-width interval (every seed gave the same value, and no evaluation noise)
+is refused: both are inconclusive. "detectable" is the smallest difference the seeds detect
+with 80% power at the interval's sd. A claim takes its weakest check's verdict (not testable,
+contradicted, then no effect, then inconclusive, then reproduced)."""
 
 
 def _markdown(results: Results, claims: Verdicts) -> str:
@@ -206,15 +231,26 @@ def _markdown(results: Results, claims: Verdicts) -> str:
     ]
     out += [f"- `{v}`: {_overrides(o) or 'no overrides'}" for v, o in study.variants.items()]
     out += ["", "## Method", "", METHOD]
+    if study.band != BAND:
+        lo, hi = study.band
+        out += ["", f"This study states its own band: it reads the levels where the base solves "
+                f"{lo:.0%}-{hi:.0%} (study.yaml `band`)."]  # fmt: skip
     pres = precondition_results(results)
     if pres:
         out += ["", "## Preconditions", ""]
         out += [f"- {p.text}" for p in pres]
     out += ["", "## Verdicts", ""]
     out += _table(
-        ["id", "claim", "paper's number", "ours", "verdict"],
+        ["id", "claim", "paper's number", "ours", "trains (groups with reward spread)", "verdict"],
         [
-            [f"`{c.id}`", c.claim, c.paper, "; ".join(r.text for r in checks), f"**{verdict}**"]
+            [
+                f"`{c.id}`",
+                c.claim,
+                c.paper,
+                "; ".join(r.text for r in checks),
+                signal_text(claim_signal(results, c)),
+                f"**{verdict}**",
+            ]
             for c, checks, verdict in claims
         ],
     )

@@ -5,9 +5,7 @@ while its study runs."""
 
 from __future__ import annotations
 
-import csv
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +15,6 @@ import pyarrow.parquet as pq
 from grpo_core.studies import stats
 from grpo_core.studies.spec import (
     BASE,
-    Check,
-    Claim,
-    Precondition,
     Study,
     cell_key,
     get_dotted,
@@ -68,6 +63,26 @@ class Results:
             if lv in wanted
         }
 
+    def base_accuracy(self) -> dict[int, float]:
+        """Per reported level, the base's accuracy (the mean over its seeds); levels the base
+        has not been evaluated at are left out."""
+        out = {}
+        for level in self.reported_levels():
+            means = stats.seed_means(self.accuracy.get(BASE, {}), self.questions(level))
+            if means:
+                out[level] = float(np.mean(list(means.values())))
+        return out
+
+    def movable_levels(self) -> list[int]:
+        """The reported levels where something can move: the base inside the study's `band`
+        (5%-95% unless it states another). Every reported level while the base has not been
+        evaluated."""
+        base = self.base_accuracy()
+        if not base:
+            return self.reported_levels()
+        lo, hi = self.study.band
+        return [lv for lv, acc in base.items() if lo <= acc <= hi]
+
     def seed_dirs(self, variant: str) -> list[Path]:
         """The folders of the variant's done cells, in seed order."""
         return [
@@ -107,29 +122,6 @@ def load_results(study_dir: Path) -> Results:
             )
             levels.setdefault(variant, {})[seed] = dict(zip(rows["id"], rows["level"], strict=True))
     return Results(study, study_dir.name, study_dir, accuracy, levels, summaries, samples, missing)
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    check: Check
-    interval: stats.Interval
-    outcome: stats.Outcome
-    text: str
-    eval_noise: float = math.nan  # sd of the difference from sampling k completions alone
-
-    @property
-    def detectable(self) -> float:
-        """The smallest difference these seeds detect with 80% power (stats.detectable_effect)."""
-        return stats.detectable_effect(self.interval)
-
-
-@dataclass(frozen=True)
-class PreconditionResult:
-    precondition: Precondition
-    value: float  # the mean over seeds; nan where no cell has the metric
-    n: int  # seeds
-    holds: bool
-    text: str
 
 
 def metric_value(summary: dict, key: str) -> tuple[float | None, bool]:
@@ -245,164 +237,6 @@ def config_difference(results: Results, variant: str, baseline: str) -> str | No
                     "older cell)"
                 )
     return None
-
-
-def evaluate_check(results: Results, check: Check) -> CheckResult:
-    """A check's interval over seeds, its outcome (stats.check_outcome) and a line of text:
-    accuracy differences paired by seed and question, in points; another metric per seed (minus
-    the baseline's at the same seed), printed raw. Two arms whose cells ran with params that
-    differ beyond their variants' overrides are not compared (`config_difference`): the check
-    is "not testable here" and says which param differs."""
-    subject = check.variant + (f" {MINUS} {check.baseline}" if check.baseline else "")
-    if check.metric == "accuracy":
-        interval = stats.paired_interval(
-            results.accuracy.get(check.variant, {}),
-            results.accuracy.get(check.baseline, {}),
-            results.questions(check.level),
-        )
-        subject += " overall" if check.level == ALL else f" at level {check.level}"
-        value, unit = interval.fmt(signed=True), " pts"
-        effect = f"{check.effect * 100:.1f} pts"
-    else:
-        values, change = [], False
-        for seed, summary in sorted(results.summaries.get(check.variant, {}).items()):
-            x, change_x = metric_value(summary, check.metric)
-            change |= change_x
-            if check.baseline is not None:
-                other = results.summaries.get(check.baseline, {}).get(seed)
-                y = metric_value(other, check.metric)[0] if other is not None else None
-                x = None if x is None or y is None else x - y
-            if x is not None:
-                values.append(x)
-        interval = stats.t_interval(values)
-        subject += f" {check.metric}" + (f" (last {MINUS} first)" if change else "")
-        value, unit, effect = _raw(interval), "", f"{check.effect:.4g}"
-    outcome = stats.check_outcome(interval, check.expect, check.effect)
-    apart = None
-    if check.baseline is not None and check.baseline != BASE:
-        apart = config_difference(results, check.variant, check.baseline)
-        if apart:
-            outcome = stats.Outcome(stats.NOT_TESTABLE, apart)
-    if interval.n == 0:
-        value, unit = "no data", ""
-    claimed = (
-        f"equal within ±{effect}"
-        if check.expect == "equal"
-        else f"expected {check.expect}, smallest effect of interest {effect}"
-    )
-    seeds = f"{interval.n} seed" + "s" * (interval.n != 1)
-    text = f"{subject}: {value}{unit} ({claimed}), {seeds} → {outcome}"
-    noise = eval_noise(results, check) if check.metric == "accuracy" else math.nan
-    return CheckResult(check, interval, outcome, text, noise)
-
-
-def eval_noise(results: Results, check: Check) -> float:
-    """The evaluation's own noise in a check's paired difference: per seed, the sd that
-    sampling k completions per question gives the difference of the two means,
-    sqrt(sum_q p_a(1-p_a)/(k_a-1) + p_b(1-p_b)/(k_b-1)) / |Q| (p: avg@k, an unbiased variance
-    of a mean of k draws); the root mean square over seeds. nan where k is not recorded."""
-    questions = results.questions(check.level)
-    per_seed = []
-    for seed, acc_a in results.accuracy.get(check.variant, {}).items():
-        acc_b = results.accuracy.get(check.baseline, {}).get(seed)
-        k_a = results.samples.get(check.variant, {}).get(seed)
-        k_b = results.samples.get(check.baseline, {}).get(seed)
-        if acc_b is None or k_a is None or k_b is None:
-            continue
-        qs = sorted(set(acc_a) & set(acc_b) & questions)  # one summation order, any hash seed
-        if not qs:
-            continue
-        var = sum(
-            acc[q] * (1 - acc[q]) / max(k[q] - 1, 1)
-            for q in qs
-            for acc, k in ((acc_a, k_a), (acc_b, k_b))
-        )
-        per_seed.append(var / len(qs) ** 2)
-    return math.sqrt(float(np.mean(per_seed))) if per_seed else math.nan
-
-
-def train_column_mean(folder: Path, column: str) -> float | None:
-    """The mean over steps of a column of a cell's train.csv; None where it has none."""
-    path = folder / "train.csv"
-    if not path.exists():
-        return None
-    with path.open() as f:
-        values = [float(r[column]) for r in csv.DictReader(f) if r.get(column) not in (None, "")]
-    return float(np.mean(values)) if values else None
-
-
-def _seed_values(results: Results, variant: str, metric: str, level: int | str) -> dict[int, float]:
-    """Per seed, the value of a precondition's metric for `variant` (see Precondition)."""
-    if metric == "accuracy":
-        return stats.seed_means(results.accuracy.get(variant, {}), results.questions(level))
-    out = {}
-    for seed, summary in sorted(results.summaries.get(variant, {}).items()):
-        if metric.startswith("train:"):
-            folder = results.directory / "cells" / cell_key(variant, seed)
-            x = train_column_mean(folder, metric.removeprefix("train:"))
-        else:
-            x = metric_value(summary, metric)[0]
-        if x is not None:
-            out[seed] = x
-    return out
-
-
-def evaluate_precondition(results: Results, pre: Precondition) -> PreconditionResult:
-    """The mean over seeds of the precondition's metric (minus its baseline's, seed by seed),
-    and whether it lies on the right side of its bound; no data fails."""
-    per_seed = _seed_values(results, pre.variant, pre.metric, pre.level)
-    subject = pre.variant
-    if pre.baseline is not None:
-        other = _seed_values(results, pre.baseline, pre.metric, pre.level)
-        per_seed = {s: x - other[s] for s, x in per_seed.items() if s in other}
-        subject += f" {MINUS} {pre.baseline}"
-    values = list(per_seed.values())
-    shown = pre.metric
-    if pre.metric == "accuracy":
-        shown = "accuracy" + (f" at level {pre.level}" if pre.level != ALL else "")
-    value = float(np.mean(values)) if values else math.nan
-    bound = f"< {pre.below:.4g}" if pre.below is not None else f"> {pre.above:.4g}"
-    holds = bool(values) and (value < pre.below if pre.below is not None else value > pre.above)
-    text = (
-        f"{pre.what}: {subject} {shown} = "
-        + (f"{value:.4g}" if values else "no data")
-        + f" (needs {bound}; mean of {len(values)} seeds) → {'holds' if holds else 'fails'}"
-    )
-    return PreconditionResult(pre, value, len(values), holds, text)
-
-
-def _raw(interval: stats.Interval) -> str:
-    """An interval of a raw metric, 4 significant digits."""
-    if math.isnan(interval.lo):
-        return f"{interval.mean:+.4g} (n={interval.n})"
-    return f"{interval.mean:+.4g} [{interval.lo:+.4g}, {interval.hi:+.4g}]"
-
-
-# claim, its checks' results, its verdict
-Verdicts = list[tuple[Claim, list[CheckResult], stats.Outcome]]
-
-
-def precondition_results(results: Results) -> list[PreconditionResult]:
-    return [evaluate_precondition(results, p) for p in results.study.preconditions]
-
-
-def claim_results(results: Results) -> Verdicts:
-    """Per claim: the claim, its checks' results and its verdict: stats.verdict over the
-    checks, or "not testable here" when a precondition that guards it fails (with the
-    numbers of the first that failed)."""
-    failed = [p for p in precondition_results(results) if not p.holds]
-    out = []
-    for claim in results.study.claims:
-        checks = [evaluate_check(results, c) for c in claim.checks]
-        guards = [
-            p for p in failed if p.precondition.claims is None or claim.id in p.precondition.claims
-        ]
-        if guards:
-            outcome = stats.Outcome(stats.NOT_TESTABLE, guards[0].text)
-        else:
-            outcome = stats.verdict([c.outcome for c in checks])
-        out.append((claim, checks, outcome))
-    return out
 
 
 def accuracy_interval(results: Results, variant: str, level: int | str) -> stats.Interval:

@@ -26,6 +26,8 @@ from grpo_core.config.params import Params, parse_params
 from grpo_core.errors import InputError
 
 BASE = "base"  # the base model, a baseline every study has
+# By default a level where something can move is one the base solves 5%-95% of (Study.band).
+BAND = (0.05, 0.95)
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # Keys a study may not override: the study sets the seeds.
 FORBIDDEN = {
@@ -152,6 +154,14 @@ class Study(_Strict):
         "world's SFT run again), and its profile and guides from it, so the intervals cover "
         "the base's variation too (a pretrained model's base does not change with the seed).",
     )
+    band: tuple[float, float] = Field(
+        BAND,
+        description="Where something can move: an accuracy check reads only the levels where "
+        "the base solves between these fractions (grpo_core.studies.claims.read_levels); "
+        "outside, every arm sits at the floor or the ceiling and the check is not testable "
+        "here. State another where the base's accuracy is held down by something training "
+        "lifts in every arm (the answer format), not by what the levels ask.",
+    )
     grpo_arm: str | None = Field(
         None,
         description="The study's plain GRPO variant on the arith ladder, if it has one: "
@@ -165,6 +175,13 @@ class Study(_Strict):
         "studies/<name>/dvc.yaml`. None by default: `dvc plots show` in the repository root "
         "would draw every cell of every study.",
     )
+
+    @field_validator("band")
+    @classmethod
+    def _band(cls, band: tuple[float, float]) -> tuple[float, float]:
+        if not 0.0 <= band[0] < band[1] <= 1.0:
+            raise ValueError(f"band must be [lo, hi] with 0 <= lo < hi <= 1, got {list(band)}")
+        return band
 
     @field_validator("seeds")
     @classmethod

@@ -7,6 +7,13 @@ same questions, so per seed d_s = mean over the questions both have of (a_q - b_
 interval is Student's t over the seeds' d_s (scipy.stats), n - 1 degrees of freedom. With
 one seed there is no interval and every verdict is inconclusive. A verdict (`check_outcome`)
 says what the interval rules in or out against the claim's smallest effect of interest.
+
+Three seeds estimate their own spread poorly. Two rules keep an interval honest at three:
+- a claim with several checks, any one of which can decide it, widens each check's interval
+  for multiplicity (`bonferroni`: confidence 1 - 0.05 / m for m checks);
+- where the spread between seeds is below the evaluation's own noise in a seed's value (k
+  samples per question), which it contains, the interval uses that noise instead (`sd_floor`
+  of `t_interval`), and says so.
 """
 
 from __future__ import annotations
@@ -18,6 +25,15 @@ import numpy as np
 from scipy import stats
 
 CONFIDENCE = 0.95
+POWER = 0.8  # of "detectable" and of the seeds that would decide a check
+
+
+def bonferroni(checks: int, confidence: float = CONFIDENCE) -> float:
+    """The confidence of each of `checks` intervals whose family errs with at most
+    1 - `confidence` (Bonferroni): 1 - (1 - confidence) / checks. 3 checks: 0.9833."""
+    if checks < 1:
+        raise ValueError(f"a claim has at least one check, got {checks}")
+    return 1.0 - (1.0 - confidence) / checks
 
 
 @dataclass(frozen=True)
@@ -26,6 +42,9 @@ class Interval:
     lo: float  # nan with fewer than 2 values
     hi: float
     n: int
+    confidence: float = CONFIDENCE
+    seed_sd: float = math.nan  # the sd between the values; nan: read it from the width
+    floored: bool = False  # the width uses `t_interval`'s sd_floor, above the values' sd
 
     def fmt(self, scale: float = 100.0, signed: bool = False) -> str:
         sign = "+" if signed else ""
@@ -35,19 +54,29 @@ class Interval:
         return f"{self.mean * scale:{sign}.1f} [{lo:{sign}.1f}, {hi:{sign}.1f}]"
 
 
-def t_interval(values: list[float] | np.ndarray, confidence: float = CONFIDENCE) -> Interval:
-    """Mean of `values` and its Student-t interval (scipy.stats.t, df = n - 1)."""
+def t_interval(
+    values: list[float] | np.ndarray,
+    confidence: float = CONFIDENCE,
+    sd_floor: float = math.nan,
+) -> Interval:
+    """Mean of `values` and its Student-t interval (scipy.stats.t, df = n - 1), at
+    `confidence`. With `sd_floor` above the values' sd (the evaluation's own noise in each
+    value, which the spread between them contains), the interval's sd is `sd_floor`:
+    mean +- t * sd_floor / sqrt(n), marked `floored`."""
     x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        return Interval(math.nan, math.nan, math.nan, 0)
+    n = int(x.size)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, confidence)
     mean = float(x.mean())
-    if x.size < 2:
-        return Interval(mean, math.nan, math.nan, int(x.size))
-    sem = float(stats.sem(x))
-    if sem == 0.0:
-        return Interval(mean, mean, mean, int(x.size))
-    lo, hi = stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem)
-    return Interval(mean, float(lo), float(hi), int(x.size))
+    if n < 2:
+        return Interval(mean, math.nan, math.nan, n, confidence)
+    sd = float(x.std(ddof=1))
+    floored = sd_floor > sd  # False for a nan floor
+    scale = (sd_floor if floored else sd) / math.sqrt(n)
+    if scale == 0.0:
+        return Interval(mean, mean, mean, n, confidence, sd)
+    lo, hi = stats.t.interval(confidence, n - 1, loc=mean, scale=scale)
+    return Interval(mean, float(lo), float(hi), n, confidence, sd, floored)
 
 
 def seed_means(
@@ -84,9 +113,12 @@ def paired_interval(
     a: dict[int, dict[str, float]],
     b: dict[int, dict[str, float]],
     questions: set[str] | None = None,
+    confidence: float = CONFIDENCE,
+    sd_floor: float = math.nan,
 ) -> Interval:
-    """The mean paired difference a - b and its t interval over seeds."""
-    return t_interval(list(paired_differences(a, b, questions).values()))
+    """The mean paired difference a - b and its t interval over seeds (`t_interval`)."""
+    diffs = list(paired_differences(a, b, questions).values())
+    return t_interval(diffs, confidence, sd_floor)
 
 
 REPRODUCED = "reproduced"
@@ -111,34 +143,55 @@ class Outcome:
         return self.verdict + (f" ({self.note})" if self.note else "")
 
 
-def seed_spread(interval: Interval) -> float:
-    """The spread between seeds (the sd of the per-seed values) that the interval implies:
-    its half width / t(0.975, n - 1) * sqrt(n); nan with fewer than 2 seeds."""
+def _t(confidence: float, df: int) -> float:
+    return float(stats.t.ppf(0.5 + confidence / 2, df))
+
+
+def width_sd(interval: Interval) -> float:
+    """The sd behind the interval's width: its half width / t(confidence, n - 1) * sqrt(n)
+    (the seeds' sd, or the floor that replaced it); nan with fewer than 2 seeds."""
     if interval.n < 2 or math.isnan(interval.lo):
         return math.nan
-    t = stats.t.ppf(0.5 + CONFIDENCE / 2, interval.n - 1)
-    return (interval.hi - interval.mean) / t * math.sqrt(interval.n)
+    return (
+        (interval.hi - interval.mean)
+        / _t(interval.confidence, interval.n - 1)
+        * math.sqrt(interval.n)
+    )
 
 
-def detectable_effect(interval: Interval, power: float = 0.8) -> float:
-    """The smallest true difference that `interval.n` seeds detect (the 95% interval excludes 0)
-    with probability `power`, at the observed spread between seeds:
-    (t_{0.975, n-1} + t_{power, n-1}) * sd / sqrt(n). nan with fewer than 2 seeds."""
-    sd = seed_spread(interval)
+def seed_spread(interval: Interval) -> float:
+    """The spread between seeds: the sd of the per-seed values (read from the width when the
+    interval does not record it); nan with fewer than 2 seeds."""
+    if not math.isnan(interval.seed_sd):
+        return interval.seed_sd
+    return width_sd(interval)
+
+
+def detectable_effect(interval: Interval, power: float = POWER) -> float:
+    """The smallest true difference that `interval.n` seeds detect (the interval, at its
+    confidence, excludes 0) with probability `power`, at the sd behind its width:
+    (t_{conf, n-1} + t_{power, n-1}) * sd / sqrt(n). nan with fewer than 2 seeds."""
+    sd = width_sd(interval)
     if math.isnan(sd):
         return math.nan
     df = interval.n - 1
-    t = stats.t.ppf(0.5 + CONFIDENCE / 2, df) + stats.t.ppf(power, df)
+    t = _t(interval.confidence, df) + stats.t.ppf(power, df)
     return float(t * sd / math.sqrt(interval.n))
 
 
-def seeds_to_decide(interval: Interval, expect: str, effect: float) -> int | None:
-    """The fewest seeds whose 95% interval, at the observed mean and spread, would be narrow
-    enough to give a verdict other than inconclusive; None beyond MAX_SEEDS or without a
-    spread. The half width must drop below h*: for better and worse (m the mean in the
+def seeds_to_decide(
+    interval: Interval, expect: str, effect: float, power: float = POWER
+) -> int | None:
+    """The fewest seeds that would give a verdict other than inconclusive with probability
+    `power` (80%), were the true difference the observed mean and the sd the one behind the
+    width; None beyond MAX_SEEDS or without a spread. With se = sd / sqrt(n), the estimate
+    lands a distance (t_{conf, n-1} + t_{power, n-1}) * se short of a bound no more often than
+    1 - power, so that distance must be below h*: for better and worse (m the mean in the
     claimed direction, E the smallest effect of interest) max(m, E - m), since lo > 0
-    reproduces and hi < E contradicts; for different max(|m|, E - |m|); for equal |E - |m||."""
-    sd = seed_spread(interval)
+    reproduces and hi < E contradicts; for different max(|m|, E - |m|); for equal |E - |m||.
+    At power 0.5 the t_power term is 0: the half width alone, the seeds that decide it about
+    half the time."""
+    sd = width_sd(interval)
     if math.isnan(sd) or sd <= 0:
         return None
     m = interval.mean * (-1 if expect == "worse" else 1)
@@ -151,22 +204,23 @@ def seeds_to_decide(interval: Interval, expect: str, effect: float) -> int | Non
     if target <= 0:
         return None
     for n in range(2, MAX_SEEDS + 1):
-        if stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n) < target:
+        t = _t(interval.confidence, n - 1) + stats.t.ppf(power, n - 1)
+        if t * sd / math.sqrt(n) < target:
             return n
     return None
 
 
 def check_outcome(interval: Interval, expect: str, effect: float) -> Outcome:
-    """What a difference's 95% interval [lo, hi] says of a claim that expects `expect`, with
-    `effect` > 0 the smallest effect of interest (for `equal`: the equivalence margin). The
-    rules apply in this order:
+    """What a difference's interval [lo, hi] (95%, or wider for multiplicity: `bonferroni`)
+    says of a claim that expects `expect`, with `effect` > 0 the smallest effect of interest
+    (for `equal`: the equivalence margin). The rules apply in this order:
 
     better (worse mirrors it, on -hi and -lo):
       - reproduced: lo > 0; "smaller than the smallest effect of interest" when also hi < E;
       - no effect: -E <= lo <= 0 <= hi <= E (holds zero, inside +-E);
       - contradicted: hi < E (the interval rules out the effect claimed, or lies below 0);
       - inconclusive: otherwise.
-    different (two-sided): reproduced when the interval excludes 0 (a 95% two-sided test);
+    different (two-sided): reproduced when the interval excludes 0 (a two-sided test);
       no effect when it holds 0 inside +-E; else inconclusive.
     equal: reproduced inside [-E, E]; contradicted wholly outside it; else inconclusive.
 
@@ -184,7 +238,9 @@ def check_outcome(interval: Interval, expect: str, effect: float) -> Outcome:
     decide = seeds_to_decide(interval, expect, effect)
     undecided = Outcome(
         INCONCLUSIVE,
-        f"about {decide} seeds would decide it" if decide else "no seed count would decide it",
+        f"about {decide} seeds would decide it at {POWER:.0%} power"
+        if decide
+        else "no seed count would decide it",
         decide,
     )
     if expect == "equal":
