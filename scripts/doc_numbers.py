@@ -473,9 +473,9 @@ def _smollm2_format_row(s: str) -> str:
 
 def _smollm2_format_claim(r: Results) -> dict[str, str]:
     """studies/smollm2's format arm over the seeds: the two claims' intervals (accuracy over
-    the levels read, 1-2; format rate), the base's accuracy at level 3 (not read), the spans over seeds of the held-out format rates and of the
-    last 5 training steps' boxed share, and the zero-advantage share of the last quarter of
-    training (mean over seeds)."""
+    the levels read, 1-2; format rate), the base's accuracy at level 3 (not read), the spans
+    over seeds of the held-out format rates and of the last 5 training steps' boxed share, and
+    the zero-advantage share of the last quarter of training (mean over seeds)."""
     out = {}
     acc = _check(r, "smollm2", "format-shaping-helps-smollm2", "with_format", "all")
     rate = _check(r, "smollm2", "format-term-teaches-the-format-smollm2", "with_format", None)
