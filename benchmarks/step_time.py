@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import multiprocessing as mp
 import os
@@ -134,7 +135,10 @@ def _worker(kind: str, cfg: dict, conn) -> None:
         import grpo_core.training.trainer  # noqa: F401
 
         baseline = _rss_mb()
-        (_ours if kind == "ours" else _trl)(cfg, conn, baseline)
+        # the two trainers' set-up: this module's (the tiny world) or cfg["module"]'s
+        # (benchmarks.trl_smollm2: SmolLM2 with LoRA in bf16)
+        module = importlib.import_module(cfg.get("module", __name__))
+        getattr(module, "_ours" if kind == "ours" else "_trl")(cfg, conn, baseline)
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         raise

@@ -325,6 +325,28 @@ def test_the_step_benchmark_times_a_step_its_shares_and_an_evaluation(qwen3_dir,
     assert "Evaluation (`eval_config`): 4 completions" in out.read_text()
 
 
+def test_the_trl_benchmark_times_both_trainers_with_lora_in_bf16(qwen3_dir, tmp_path):
+    """`benchmarks.trl_smollm2` on a small model (the SmolLM2 comparison's command, shrunk):
+    both trainers run with LoRA in bf16, alternate, generate exactly `--new-tokens` tokens, and
+    the table prints TRL's config beside the times."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "trl.md"
+    args = ["--model", str(qwen3_dir), "--prompts", "2", "--group", "8", "--new-tokens", "3"]
+    args += ["--steps", "1", "--warmup", "0", "--out", str(out)]
+    subprocess.run([sys.executable, "-m", "benchmarks.trl_smollm2", *args], check=True, cwd=ROOT)
+    report = json.loads(out.with_suffix(".json").read_text())
+    for kind in ("ours", "trl"):
+        part = report[kind]
+        assert part["completion_length_min"] == part["completion_length_max"] == 3
+        assert part["ms_per_step"] > part["generation_ms"] > 0
+    assert report["ours"]["frac_trained"] == 1.0  # the coin: every group has signal
+    assert report["trl_config"]["bf16"] is True and report["trl_config"]["num_iterations"] == 2
+    text = out.read_text()
+    assert "| ours |" in text and "| trl |" in text and '"loss_type": "dapo"' in text
+
+
 def test_the_dtype_benchmark_measures_every_sampler_setting(qwen3_dir, tmp_path):
     """`benchmarks.cpu_dtype` on a small model (the SmolLM2 table's command, shrunk): every
     draw and record setting of `benchmarks.cpu_dtype.GENERATIONS` timed in both precisions,
