@@ -302,7 +302,6 @@ def _findings(r: Results) -> dict[str, str]:
     out["base5"] = pct(base["5"])
     put("fmt", _check(r, "format", "format-shaping-helps-mcq", "with_format", "all"))
     put("cg", _check(r, "codapo", "codapo-beats-grpo", "codapo", "all"), size=True)
-    put("easy", _check(r, "difficulty", "easy-is-enough", "easy_tier", 4), size=True)
     put("oc", _check(r, "offcontext", "oc-beats-grpo", "oc_fixed", 5))
     put("sm", _check(r, "smollm2", "grpo-teaches-smollm2", "grpo", 1), size=True)
     smf = _check(r, "smollm2", "format-shaping-helps-smollm2", "with_format", "all")
@@ -650,11 +649,11 @@ PASSAGES: list[Passage] = [
         "{sm_hi}] at level 1 over {sm_n} seeds), {none} show no effect (our CoDaPO guards, and a "
         "format term on multiple choice: {fmt} points [{fmt_lo}, {fmt_hi}] over {fmt_n} seeds), "
         "{con} are contradicted (CoDaPO trails GRPO by {cg} points [{cg_lo}, {cg_hi}] on levels "
-        "3-4 at equal rollouts, over {cg_n} seeds, with or without GRPO's extra loss terms; the "
-        "paper's easy tier falls {easy} points [{easy_lo}, {easy_hi}] short of all levels at "
-        "level 4), {inc} are inconclusive (group size 2 against 8 at equal rollouts, {g2} "
-        "[{g2_lo}, {g2_hi}] on levels 3-4; LoRA targets and layers on accuracy; the paper's hard "
-        "tier, the questions the base never solves, whose cells wait to be run), and {nt} are not "
+        "3-4 at equal rollouts, over {cg_n} seeds, with or without GRPO's extra loss terms), "
+        "{inc} are inconclusive (group size 2 against 8 at equal rollouts, {g2} [{g2_lo}, "
+        "{g2_hi}] on levels 3-4; LoRA targets and layers on accuracy; and the paper's easy and "
+        "hard tiers translated anew, the easy tier at the levels where the base trains and the "
+        "hard tier as the questions it never solves, whose cells wait to be run), and {nt} are not "
         "testable here: trained where the paper trains (questions the base never solves), "
         "Off-Context GRPO's importance weights average {ocw}, so its correction barely changes "
         "the objective in this tiny world, and the base solves {base5}% of level 5, where every "
