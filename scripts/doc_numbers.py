@@ -311,6 +311,8 @@ def _findings(r: Results) -> dict[str, str]:
         for p in r.json("reports/offcontext/summary.json")["preconditions"]
         if "importance weights" in p["what"]
     )
+    put("he", _check(r, "humaneval", "grpo-on-synthetic-code-transfers-to-humaneval", "grpo", 0))
+    out["he_base"] = pct(r.json("reports/humaneval/summary.json")["base_accuracy"]["0"])
     out["ocw"] = f"{weight['value']:.2f}"
     guided = next(
         p
@@ -468,6 +470,21 @@ def _smollm2_format_row(s: str) -> str:
         f"{{g{s}_{k}}} / {{w{s}_{k}}} / {{fd{s}_{k}}} ({{fse{s}_{k}}})" for k in (1, 2, 3, "all")
     )
     return f"| {s} | {{gf{s}}}% / {{wf{s}}}% | {cols} | {{ft{s}}} |"
+
+
+def _humaneval_claim(r: Results) -> dict[str, str]:
+    """studies/humaneval's two claims: GRPO - base on HumanEval (level 0), with the noise that
+    stood in for the seeds' spread, and on the synthetic levels 1 and 2."""
+    he = _check(r, "humaneval", "grpo-on-synthetic-code-transfers-to-humaneval", "grpo", 0)
+    out = {"he": points(he["mean"]), "he_lo": points(he["lo"]), "he_hi": points(he["hi"])}
+    out["he_noise"] = f"{100 * he['eval_noise']:.2f}"
+    out["he_sd"] = f"{100 * he['seed_spread']:.2f}"
+    for lv in (1, 2):
+        ch = _check(r, "humaneval", "grpo-teaches-synthetic-code", "grpo", lv)
+        out |= {f"s{lv}": points(ch["mean"]), f"s{lv}_lo": points(ch["lo"])}
+        out[f"s{lv}_hi"] = points(ch["hi"])
+        out[f"s{lv}_seeds"] = str(ch["seeds_to_decide"])
+    return out
 
 
 def _smollm2_format_claim(r: Results) -> dict[str, str]:
@@ -651,9 +668,11 @@ PASSAGES: list[Passage] = [
         "{con} are contradicted (CoDaPO trails GRPO by {cg} points [{cg_lo}, {cg_hi}] on levels "
         "3-4 at equal rollouts, over {cg_n} seeds, with or without GRPO's extra loss terms), "
         "{inc} are inconclusive (group size 2 against 8 at equal rollouts, {g2} [{g2_lo}, "
-        "{g2_hi}] on levels 3-4; LoRA targets and layers on accuracy; and the paper's easy and "
+        "{g2_hi}] on levels 3-4; LoRA targets and layers on accuracy; the paper's easy and "
         "hard tiers translated anew, the easy tier at the levels where the base trains and the "
-        "hard tier as the questions it never solves, whose cells wait to be run), and {nt} are not "
+        "hard tier as the questions it never solves, whose cells wait to be run; and SmolLM2's "
+        "gain on the synthetic code it trains on, reproduced at level 1 and not yet at level 2), "
+        "and {nt} are not "
         "testable here: trained where the paper trains (questions the base never solves), "
         "Off-Context GRPO's importance weights average {ocw}, so its correction barely changes "
         "the objective in this tiny world, and the base solves {base5}% of level 5, where every "
@@ -661,7 +680,9 @@ PASSAGES: list[Passage] = [
         "equal rollouts too); and on SmolLM2 the format term's two claims are not compared, since "
         "its GRPO arm ran without the held-out evaluation its with_format arm ran with "
         "(with_format trails by {smf} points [{smf_lo}, {smf_hi}] over {smf_n} seeds, a "
-        "difference that waits for GRPO's cells to be re-run).",
+        "difference that waits for GRPO's cells to be re-run); and the transfer of that code "
+        "training to HumanEval, {he} points [{he_lo}, {he_hi}] over {he_n} seeds, where the base "
+        "solves {he_base}%, at the floor (docs/scale.md).",
         _findings,
         "reports/*/summary.json",
     ),
@@ -872,6 +893,22 @@ PASSAGES: list[Passage] = [
         "to {d3_hi} per seed at the untrained level 3.",
         _smollm2_claim,
         "reports/smollm2/summary.json",
+    ),
+    Passage(
+        "docs/scale.md",
+        "Over the three seeds ([reports/humaneval.md](../reports/humaneval.md)), GRPO changes "
+        "HumanEval avg@4 by {he} points [{he_lo}, {he_hi}]. The interval uses the evaluation's own "
+        "noise ({he_noise} points) as its sd, because the seeds' spread ({he_sd}) is smaller.",
+        _humaneval_claim,
+        "reports/humaneval/summary.json",
+    ),
+    Passage(
+        "docs/scale.md",
+        "On the synthetic problems it trains on, GRPO gains {s1} points [{s1_lo}, {s1_hi}] at "
+        "level 1 (reproduced) and {s2} [{s2_lo}, {s2_hi}] at level 2 (inconclusive; about "
+        "{s2_seeds} seeds would decide it).",
+        _humaneval_claim,
+        "reports/humaneval/summary.json",
     ),
     # dynamics.md: the default run
     Passage(

@@ -402,10 +402,20 @@ def test_findings_show_the_verdicts_before_beside_the_new(tmp_path):
     reports = tmp_path / "reports"
     write_report(make_study(tmp_path), reports)
     (reports / "verdicts-before.json").write_text(
-        json.dumps({"_rules": "under the old rules", "demo/new-beats-grpo": "inconclusive"})
+        json.dumps(
+            {
+                "_rules": "under the old rules",
+                "demo/new-beats-grpo": "inconclusive",
+                "demo/retired-claim": "reproduced",
+            }
+        )
     )
     lines = write_findings(reports, tmp_path / "docs" / "findings.md").read_text().splitlines()
     assert "The verdict before: under the old rules." in lines
+    assert (
+        "Claims with a verdict before that are no longer claims (retired or replaced; the study "
+        "file says why): `demo/retired-claim` (reproduced)."
+    ) in lines
     assert "| study | claim | paper's number | ours | verdict | verdict before | rerun |" in lines
     rows = [line for line in lines if line.startswith("| [")]
     assert rows[0].endswith("| **reproduced** | inconclusive | `dvc repro studies/demo/dvc.yaml` |")

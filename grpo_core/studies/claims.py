@@ -81,8 +81,9 @@ def evaluate_check(results: Results, check: Check, checks: int = 1) -> CheckResu
     accuracy differences paired by seed and question, in points; another metric per seed (minus
     the baseline's at the same seed), printed raw.
 
-    `checks`: how many checks its claim has. The claim takes its weakest check's verdict, so
-    any one of several can decide it: each interval is then Bonferroni's (stats.bonferroni).
+    `checks`: how many of its claim's checks are read (`claim_results`). The claim takes its
+    weakest read check's verdict, so any one of several can decide it: each interval is then
+    Bonferroni's (stats.bonferroni).
     An accuracy check reads only the levels where something can move (`read_levels`: the base
     inside the study's band); at a level outside, it is "not testable here". Its interval's sd
     is the evaluation's own noise (`eval_noise`) where that is larger than the seeds' spread.

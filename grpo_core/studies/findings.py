@@ -75,6 +75,12 @@ def write_findings(reports_root: Path, target: Path) -> Path:
     head = ["study", "claim", "paper's number", "ours", "verdict"]
     head += ["verdict before"] * (before is not None) + ["rerun"]
     out += _table(head, rows)
+    current = {f"{s['name']}/{c['id']}" for s, c in claims}
+    gone = sorted(set(before or {}) - current)
+    if gone:
+        out += ["", "Claims with a verdict before that are no longer claims (retired or replaced; "
+                "the study file says why): " + "; ".join(f"`{k}` ({before[k]})" for k in gone)
+                + "."]  # fmt: skip
     out += _boundary_section(summaries, reports_root, target)
     with atomic_path(target) as tmp:
         tmp.write_text("\n".join(out) + "\n")

@@ -257,7 +257,8 @@ def _markdown(results: Results, claims: Verdicts) -> str:
     out += ["", "## Precision: what the seeds can detect", ""]
     out += [
         "Per check: the smallest effect of interest; the smallest difference its seeds detect "
-        "with 80% power at the observed spread; the spread between seeds (the sd of the per-seed "
+        "with 80% power at the interval's sd (the seeds' spread, or the evaluation's noise where "
+        "that is larger) and confidence; the spread between seeds (the sd of the per-seed "
         "differences); and the evaluation's own noise in a seed's difference (k samples per "
         "question), which should be at most half the spread: otherwise more samples per "
         "question, not more seeds, narrow the interval.",
