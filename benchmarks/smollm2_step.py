@@ -42,10 +42,10 @@ DEFAULT_CONFIGS = [
     "bfloat16:inverse_cdf:16:hf",
     "bfloat16:inverse_cdf:16:hf_merged",
 ]
-DOMAIN = "coin"  # the benchmark's reward (`_coin`)
+DOMAIN = "coin"  # the benchmark's reward (`coin`)
 
 
-def _coin(completion: str, answer: str) -> float:
+def coin(completion: str, answer: str) -> float:
     """1 for about half of all completions, fixed by the text: signal in every group."""
     return float(zlib.crc32(completion.encode()) % 2)
 
@@ -72,7 +72,7 @@ def one_config(model_dir: str, config: str, args: dict, queue) -> None:
     train["rollout_backend"] = backend
     train["lora"] = {"enabled": True, "r": 16, "alpha": 32, "target_modules": "all-linear"}
     params = parse_params({"train": train})
-    verify.VERIFIERS[DOMAIN] = _coin
+    verify.VERIFIERS[DOMAIN] = coin
     model, tokenizer = load_model(model_dir, device=torch.device("cpu"))
     model = set_dtype(model, dtype)
     rows = arith.generate_level(2, n * args["steps"], 0, seed=0)["train"]

@@ -221,7 +221,6 @@ def _ours(cfg: dict, conn, baseline: float) -> None:
 
 def _trl(cfg: dict, conn, baseline: float) -> None:
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     model, tokenizer = _load(cfg)
@@ -269,10 +268,23 @@ def _trl(cfg: dict, conn, baseline: float) -> None:
         use_vllm=False,
     )
     seen: dict[str, Any] = {}
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=trl_agreement,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[trl_turns(conn, updates, seen)],
+    )
+    serve_trl(trainer, conn, baseline, seen)
+
+
+def trl_turns(conn, updates: int, seen: dict[str, Any]):
+    """A TRL callback that hands the turn back to the parent after each rollout batch's last
+    update (`updates` optimizer steps), with the step's seconds and what `seen` gathered."""
+    from transformers import TrainerCallback
 
     class Turns(TrainerCallback):
-        """Hands the turn back to the parent after each rollout batch's last update."""
-
         def __init__(self):
             self.t0 = 0.0
 
@@ -293,21 +305,19 @@ def _trl(cfg: dict, conn, baseline: float) -> None:
                 raise SystemExit(0)
             self.t0 = time.perf_counter()
 
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=trl_agreement,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[Turns()],
-    )
+    return Turns()
+
+
+def serve_trl(trainer, conn, baseline: float, seen: dict[str, Any]) -> None:
+    """Time TRL's generation into `seen` (seconds, completion lengths), train step by step as
+    the parent asks (`trl_turns`), then report the process's peak memory."""
     generate = trainer._generate_single_turn
 
     def timed_generate(*a, **kw):
         t0 = time.perf_counter()
         completion_ids, logprobs = generate(*a, **kw)
         seen["gen_s"] = seen.get("gen_s", 0.0) + time.perf_counter() - t0
-        seen["lengths"] = [len(c) for c in completion_ids]
+        seen["lengths"] = seen.get("lengths", []) + [len(c) for c in completion_ids]
         return completion_ids, logprobs
 
     trainer._generate_single_turn = timed_generate

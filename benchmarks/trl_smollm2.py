@@ -34,12 +34,12 @@ import argparse
 import json
 import tempfile
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
 from benchmarks import step_time
 from benchmarks.cpu_dtype import SMOLLM2, scratch_copy
+from benchmarks.smollm2_step import coin
 
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
 MICRO = 16  # rows per micro-batch, both trainers (benchmarks/results/smollm2-step-41.md)
@@ -47,13 +47,9 @@ TEMPERATURE = 0.2
 LR = 1e-4  # the SmolLM2 studies' rate (benchmarks/results/smollm2-lr.md)
 
 
-def coin(completion: str) -> float:
-    """1 for about half of all completions, fixed by the text (benchmarks.smollm2_step)."""
-    return float(zlib.crc32(completion.encode()) % 2)
-
-
 def trl_coin(prompts, completions, **_) -> list[float]:
-    return [coin(c) for c in completions]
+    """benchmarks.smollm2_step's coin as a TRL reward function."""
+    return [coin(c, "") for c in completions]
 
 
 def prompts(tokenizer, n: int) -> list[str]:
@@ -96,7 +92,7 @@ def _ours(cfg: dict, conn, baseline: float) -> None:
     from grpo_core.training.run import policy_and_reference, rollout_backend
     from grpo_core.training.trainer import GRPOTrainer
 
-    verify.VERIFIERS["coin"] = lambda completion, answer: coin(completion)
+    verify.VERIFIERS["coin"] = coin
     params = train_params(cfg)
     model, tokenizer = load_model(cfg["model"], device=torch.device("cpu"))
     model = set_dtype(model, "bfloat16")
@@ -182,7 +178,7 @@ def _trl(cfg: dict, conn, baseline: float) -> None:
     import torch
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg["model"])
@@ -198,49 +194,16 @@ def _trl(cfg: dict, conn, baseline: float) -> None:
     )
     args = GRPOConfig(**trl_args(cfg, tempfile.mkdtemp(prefix="trl-smollm2-")))
     seen: dict[str, Any] = {}
-
-    class Turns(TrainerCallback):
-        """Hands the turn back to the parent after each rollout batch's last update."""
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            conn.send(("ready", None))
-            self._wait()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step % updates:
-                return
-            conn.send(("step", {"s": time.perf_counter() - self.t0, **seen}))
-            seen.clear()
-            if state.global_step < args.max_steps:
-                self._wait()
-
-        def _wait(self):
-            if conn.recv() != "step":
-                raise SystemExit(0)
-            self.t0 = time.perf_counter()
-
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=trl_coin,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[Turns()],
+        callbacks=[step_time.trl_turns(conn, updates, seen)],
         peft_config=lora,
     )
-    generate = trainer._generate_single_turn
-
-    def timed_generate(*a, **kw):
-        start = time.perf_counter()
-        completion_ids, logprobs = generate(*a, **kw)
-        seen["gen_s"] = seen.get("gen_s", 0.0) + time.perf_counter() - start
-        seen["lengths"] = seen.get("lengths", []) + [len(c) for c in completion_ids]
-        return completion_ids, logprobs
-
-    trainer._generate_single_turn = timed_generate
-    trainer.train()
-    conn.recv()
-    conn.send(("done", {"peak_rss_mb": step_time._peak_rss_mb(), "baseline_rss_mb": baseline}))
+    step_time.serve_trl(trainer, conn, baseline, seen)
 
 
 def table(report: dict, trl_config: dict) -> str:
