@@ -2,8 +2,8 @@
 
     python -m benchmarks.smollm2_step [--prompts 8] [--group 8] [--new-tokens 96] [--steps 3]
         [--configs bfloat16:inverse_cdf:16:hf bfloat16:inverse_cdf:16:hf_merged ...]
-        [--eval-problems 150] [--eval-samples 4] [--eval-tokens 128] [--eval-batch 64]
-        [--out FILE]
+        [--eval-problems 150] [--eval-samples 4] [--eval-tokens 128] [--eval-batch 64 ...]
+        [--eval-compact off|on|both] [--out FILE]
 
 A step is `GRPOTrainer.step` (grpo_core/training/trainer.py) with the `grpo` preset and LoRA
 (r 16 on every linear layer but the head): `--prompts` level-2 arith questions in the chat
@@ -12,12 +12,14 @@ template x `--group` completions of exactly `--new-tokens` tokens (EOS held back
 `train.updates_per_batch` (2) optimizer steps in micro-batches over every row. The reward is a
 coin per completion (a hash of its text: about half of each group right), so every group has
 signal and every row is in the update, as in a step that learns, with no extra term in the loss.
-Each configuration `dtype:draw:micro_batch_size:rollout_backend` runs `--steps` steps in a
+Each configuration `dtype:draw:micro_batch_size:rollout_backend[:temperature]` (temperature
+1, the params default, unless given) runs `--steps` steps in a
 process of its own; the first is not timed (allocation), the median of the rest is reported,
 with the median time in generation and the process's peak RSS, and one more step, untimed,
 under torch's FLOP counter gives the FLOPs of the rest (scoring and updates). A last process
 times an evaluation as a study cell runs it (`eval_config`: `--eval-problems` x
-`--eval-samples` completions of up to `--eval-tokens` tokens, calls of `--eval-batch`). The
+`--eval-samples` completions of up to `--eval-tokens` tokens, calls of `--eval-batch`; one
+process per call size and, with `--eval-compact`, with finished rows leaving the batch). The
 shares of the matmul limit divide FLOPs by seconds by the bf16 matmul's rate at SmolLM2's
 shapes, measured first (`matmul_rates`). Run it alone on the machine:
 another job on the 2 cores halves any number here. The last line printed is JSON; `--out`
@@ -31,6 +33,7 @@ import json
 import multiprocessing as mp
 import resource
 import statistics
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -50,6 +53,13 @@ def coin(completion: str, answer: str) -> float:
     return float(zlib.crc32(completion.encode()) % 2)
 
 
+def _fields(config: str) -> tuple[str, str, str, str, float]:
+    """`dtype:draw:micro_batch_size:rollout_backend[:temperature]` (temperature 1 unless
+    given) as its fields."""
+    dtype, draw, micro, backend, *rest = config.split(":")
+    return dtype, draw, micro, backend, float(rest[0]) if rest else 1.0
+
+
 def one_config(model_dir: str, config: str, args: dict, queue) -> None:
     import torch
 
@@ -65,9 +75,10 @@ def one_config(model_dir: str, config: str, args: dict, queue) -> None:
     from grpo_core.training.run import policy_and_reference, rollout_backend
     from grpo_core.training.trainer import GRPOTrainer
 
-    dtype, draw, micro, backend = config.split(":")
+    dtype, draw, micro, backend, temperature = _fields(config)
     n, g, t = args["prompts"], args["group"], args["new_tokens"]
     train = {"prompts_per_step": n, "group_size": g, "max_new_tokens": t, "dtype": dtype}
+    train["temperature"] = temperature
     train |= {"draw": draw, "micro_batch_size": int(micro), "warmup_steps": 0}
     train["rollout_backend"] = backend
     train["lora"] = {"enabled": True, "r": 16, "alpha": 32, "target_modules": "all-linear"}
@@ -145,11 +156,13 @@ def one_config(model_dir: str, config: str, args: dict, queue) -> None:
     )
 
 
-def eval_config(model_dir: str, args: dict, queue) -> None:
+def eval_config(model_dir: str, args: dict, queue, batch: int, compact: bool) -> None:
     """Evaluation as a study cell's evaluate stage runs it on a trained policy (a plain bf16
     model, LoRA merged): `sample_problems` of `--eval-problems` level-2 arith questions x
     `--eval-samples` completions of up to `--eval-tokens` tokens at T = 0.2, inverse-CDF
-    draws, no log-probs, in generate calls of `--eval-batch` sequences."""
+    draws, no log-probs, in generate calls of `batch` sequences, finished rows leaving the
+    batch with `compact`. Reports the seconds, the tokens and the share of completions
+    rewarded (the same model and draws: other rewards would mean other completions)."""
     import torch
 
     from grpo_core.analysis.sampling import sample_problems
@@ -173,9 +186,10 @@ def eval_config(model_dir: str, args: dict, queue) -> None:
     cfg = SamplingParams(
         samples=args["eval_samples"],
         max_new_tokens=args["eval_tokens"],
-        batch_size=args["eval_batch"],
+        batch_size=batch,
         temperature=0.2,
         draw="inverse_cdf",
+        compact=compact,
     )
     torch.manual_seed(0)
     start = time.perf_counter()
@@ -186,7 +200,10 @@ def eval_config(model_dir: str, args: dict, queue) -> None:
     queue.put(
         {
             "config": "evaluation",
+            "eval_batch": batch,
+            "compact": compact,
             "completions": len(out),
+            "rewarded": round(sum(r["reward"] for r in out) / len(out), 4),
             "tokens": tokens,
             "eval_s": round(seconds, 1),
             "generate_flop": 2 * n_params * tokens,
@@ -206,23 +223,34 @@ def main() -> None:
     ap.add_argument("--eval-problems", type=int, default=150, help="0: no evaluation row")
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--eval-tokens", type=int, default=128)
-    ap.add_argument("--eval-batch", type=int, default=64)
+    ap.add_argument("--eval-batch", type=int, nargs="+", default=[64], help="calls' sizes")
+    ap.add_argument(
+        "--eval-compact",
+        choices=["off", "on", "both"],
+        default="off",
+        help="finished rows leave the batch (sampling's `compact`)",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     scratch = scratch_copy(SMOLLM2) if args.model is None else None
     args.model = args.model or scratch.name
     settings = {"prompts": args.prompts, "group": args.group, "new_tokens": args.new_tokens}
     settings["steps"] = args.steps
-    for k in ("eval_problems", "eval_samples", "eval_tokens", "eval_batch"):
+    settings["command"] = " ".join(["python -m benchmarks.smollm2_step", *sys.argv[1:]])
+    for k in ("eval_problems", "eval_samples", "eval_tokens", "eval_batch", "eval_compact"):
         settings[k] = getattr(args, k)
     out = {"settings": settings, "matmul_gflops": matmul_rates(args), "results": []}
     ctx = mp.get_context("spawn")
-    runs = [(one_config, c) for c in args.configs]
+    runs = [(one_config, (c,)) for c in args.configs]
     if args.eval_problems:
-        runs.append((eval_config, None))
-    for target, config in runs:
+        compact = {"off": [False], "on": [True], "both": [False, True]}[args.eval_compact]
+        runs += [(eval_config, (b, c)) for b in args.eval_batch for c in compact]
+    for target, extra in runs:
         queue = ctx.Queue()
-        a = (args.model, config, settings, queue) if config else (args.model, settings, queue)
+        if target is one_config:
+            a = (args.model, extra[0], settings, queue)
+        else:
+            a = (args.model, settings, queue, *extra)
         proc = ctx.Process(target=target, args=a)
         proc.start()
         result = shares(queue.get(), out["matmul_gflops"])
@@ -267,40 +295,55 @@ def shares(result: dict, rates: dict[str, float]) -> dict:
 
 def table(out: dict) -> str:
     s, rates = out["settings"], out["matmul_gflops"]
+    steps = [r for r in out["results"] if r["config"] != "evaluation"]
     lines = [
-        "# One GRPO step on SmolLM2-135M-Instruct, LoRA, 2 CPU threads",
+        "# SmolLM2-135M-Instruct on 2 CPU threads: a GRPO step (LoRA) and an evaluation",
         "",
-        f"`python -m benchmarks.smollm2_step`: {s['prompts']} prompts x {s['group']} completions "
+        f"`{s.get('command', 'python -m benchmarks.smollm2_step')}`, alone on the machine.",
+        "",
+    ]
+    if steps:
+        lines += _step_table(s, rates, steps)
+    evals = [r for r in out["results"] if r["config"] == "evaluation"]
+    if evals:
+        lines += [
+            f"Evaluation (`eval_config`): {evals[0]['completions']} completions of up to "
+            f"{s['eval_tokens']} tokens, bf16, T = 0.2, no log-probs; the decode share against "
+            f"{rates['decode']} GFLOP/s.",
+            "",
+            "| call size | finished rows leave | seconds | tokens | rewarded | decode share "
+            "| peak RSS (GB) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+    for r in evals:
+        lines.append(
+            f"| {r['eval_batch']} | {'yes' if r['compact'] else 'no'} | **{r['eval_s']}** | "
+            f"{r['tokens']} | {r['rewarded']} | {r['generate_share']} | {r['peak_rss_gb']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _step_table(s: dict, rates: dict, steps: list[dict]) -> list[str]:
+    lines = [
+        f"A step: {s['prompts']} prompts x {s['group']} completions "
         f"x exactly {s['new_tokens']} new tokens, a coin-flip reward (every row in the update), "
         f"2 updates per batch; median of the {s['steps'] - 1} steps after the first. Shares of the "
         f"bf16 matmul limit at SmolLM2's shapes ({rates['decode']} GFLOP/s decoding, "
         f"{rates['update']} in an update): generation counts 2 x parameters per token, the "
         "rest torch's FLOP counter (matmuls and attention, forward and backward).",
         "",
-        "| dtype | draw | micro-batch | rollout backend | step (s) | generation (s) | the rest (s) "
-        "| generation share | rest share | peak RSS (GB) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| dtype | draw | micro-batch | rollout backend | T | step (s) | generation (s) "
+        "| the rest (s) | generation share | rest share | peak RSS (GB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    evals = []
-    for r in out["results"]:
-        if r["config"] == "evaluation":
-            evals.append(r)
-            continue
-        dtype, draw, micro, backend = r["config"].split(":")
+    for r in steps:
+        dtype, draw, micro, backend, temperature = _fields(r["config"])
         lines.append(
-            f"| {dtype} | {draw} | {micro} | {backend} | {r['step_s']} | {r['generate_s']} | "
-            f"{r['update_s']} | {r.get('generate_share', '–')} | {r.get('rest_share', '–')} | "
-            f"{r['peak_rss_gb']} |"
+            f"| {dtype} | {draw} | {micro} | {backend} | {temperature:g} | {r['step_s']} | "
+            f"{r['generate_s']} | {r['update_s']} | {r.get('generate_share', '–')} | "
+            f"{r.get('rest_share', '–')} | {r['peak_rss_gb']} |"
         )
-    for r in evals:
-        lines += [
-            "",
-            f"Evaluation (`eval_config`): {r['completions']} completions of up to "
-            f"{s['eval_tokens']} tokens ({r['tokens']} generated) in calls of {s['eval_batch']}: "
-            f"**{r['eval_s']} s**, {r['generate_share']} of the decode limit, peak RSS "
-            f"{r['peak_rss_gb']} GB.",
-        ]
-    return "\n".join(lines) + "\n"
+    return lines + [""]
 
 
 if __name__ == "__main__":

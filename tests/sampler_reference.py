@@ -52,3 +52,69 @@ def assert_the_same_draws(model, tokenizer, prompts, monkeypatch, temperature, n
                     and torch.equal(a.nan_to_num(), b.nan_to_num())
                 ), kw
     return sum(floors)
+
+
+def assert_compaction_keeps_draws(
+    model, tokenizer, prompts, temperature, new_tokens, atol, max_differ=1 / 8
+):
+    """For each draw and record mode (and greedy), `compact=True` against off. A row's logits
+    move by float rounding when fewer rows share its batch, so a draw near the boundary
+    between two tokens may flip: each row must agree with its uncompacted twin token for
+    token, with log-probs and entropies within `atol`, up to its first differing token, and
+    at most a `max_differ` share of the rows may differ at all. Returns (the smallest batch
+    decoded, the number of rows that differed) over every setting."""
+    batches = []
+    forward = sampler.forward
+
+    def spy(model, ids, *args, **kw):
+        batches.append(ids.shape[0])
+        return forward(model, ids, *args, **kw)
+
+    settings = [{"greedy": True}] + [
+        {"draw": d, "record": r} for d in sampler.DRAWS for r in sampler.RECORDS
+    ]
+    rows = len(prompts) * 4
+    smallest, differed = rows, 0
+    for kw in settings:
+        runs = []
+        for compact in (False, True):
+            gens = [torch.Generator().manual_seed(i) for i in range(len(prompts))]
+            batches.clear()
+            sampler.forward = spy
+            try:
+                runs.append(
+                    sampler.generate(
+                        model,
+                        tokenizer,
+                        prompts,
+                        4,
+                        temperature,
+                        new_tokens,
+                        generators=gens,
+                        compact=compact,
+                        **kw,
+                    )
+                )
+            finally:
+                sampler.forward = forward
+        smallest = min([smallest, *batches])
+        off, on = runs
+        width = min(off.input_ids.shape[1], on.input_ids.shape[1])
+        same = (off.input_ids[:, :width] == on.input_ids[:, :width]).cumprod(1).bool()
+        n = int((~same.all(1)).sum())
+        differed += n
+        assert n <= max_differ * rows, (kw, n)
+        # completion positions up to each row's first differing token
+        mask = off.completion_mask[:, : width - off.prompt_len].bool()
+        mask &= same[:, off.prompt_len :]
+        for a, b in (
+            (off.sampler_logp, on.sampler_logp),
+            (off.sampler_entropy, on.sampler_entropy),
+        ):
+            assert (a is None) == (b is None), kw
+            if a is not None:
+                cut = width - off.prompt_len
+                torch.testing.assert_close(
+                    a[:, :cut][mask].nan_to_num(), b[:, :cut][mask].nan_to_num(), atol=atol, rtol=0
+                )
+    return smallest, differed

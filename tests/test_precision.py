@@ -80,6 +80,31 @@ def test_the_default_draw_is_torch_multinomial():
         _next_token(scores, greedy=False, generators=None, draw="gumbel")
 
 
+@pytest.mark.parametrize("draw", ["multinomial", "inverse_cdf", "greedy"])
+@pytest.mark.parametrize("streams", ["global", "per group"])
+def test_rows_that_left_the_batch_still_draw_so_the_others_keep_their_tokens(draw, streams):
+    """`_next_token` given the scores of rows 0, 2, 3 and 5 of 6 (rows 1 and 4 have left the
+    batch): the random numbers of all 6 rows are drawn, so each row there gets the token it
+    gets when every row is there, and the rows that left get 0."""
+    scores = torch.randn(6, 40) * 3
+    rows = torch.tensor([0, 2, 3, 5])
+
+    def run(s, **kw):
+        torch.manual_seed(7)
+        gens = None
+        if streams == "per group":
+            gens = [torch.Generator().manual_seed(i) for i in range(3)]
+        if draw == "greedy":
+            return _next_token(s, greedy=True, generators=gens, **kw)
+        return _next_token(s, greedy=False, generators=gens, draw=draw, **kw)
+
+    every = run(scores)
+    some = run(scores[rows], rows=rows, total=6)
+    assert torch.equal(some[rows], every[rows])
+    assert some[[1, 4]].tolist() == [0, 0]
+    assert len(set(every.tolist())) > 1  # the draws are not all one token
+
+
 def test_bfloat16_casts_the_parameters_and_keeps_the_buffers(tiny_model):
     """Every parameter bf16; buffers (the rotary inverse frequencies) as they were; the logits'
     softmax still in float32 in the sampler. float32 leaves the model alone."""

@@ -301,6 +301,17 @@ def test_the_samplers_speed_ups_draw_the_same_tokens_on_qwen3(qwen3, monkeypatch
     assert_the_same_draws(model, tokenizer, prompts, monkeypatch, temperature, 8)
 
 
+def test_finished_rows_leaving_the_batch_keep_the_draws_on_qwen3(qwen3):
+    """`compact` on Qwen3's vocabulary in float32: the same tokens, and log-probs and
+    entropies within float rounding, with the batch shrinking as completions end."""
+    from tests.sampler_reference import assert_compaction_keeps_draws
+
+    model, tokenizer = qwen3
+    prompts = [render_prompt(tokenizer, q, chat=True) for q in ("What is 2+2?", "Say hi", "x")]
+    smallest, _ = assert_compaction_keeps_draws(model, tokenizer, prompts, 1.0, 40, 1e-5)
+    assert smallest < 12
+
+
 def test_the_step_benchmark_times_a_step_its_shares_and_an_evaluation(qwen3_dir, tmp_path):
     """`benchmarks.smollm2_step` on a small model (the SmolLM2 table's command, shrunk): a
     step of each configuration with its FLOP-counted share of the matmul limit, and the
@@ -310,19 +321,28 @@ def test_the_step_benchmark_times_a_step_its_shares_and_an_evaluation(qwen3_dir,
 
     out = tmp_path / "step.md"
     args = ["--model", str(qwen3_dir), "--prompts", "1", "--group", "2", "--new-tokens", "3"]
-    args += ["--steps", "1", "--configs", "float32:inverse_cdf:2:hf_merged"]
+    args += ["--steps", "1", "--configs", "float32:inverse_cdf:2:hf_merged:0.5"]
     args += ["--eval-problems", "2", "--eval-samples", "2", "--eval-tokens", "4"]
-    args += ["--eval-batch", "4", "--out", str(out)]
+    args += ["--eval-batch", "4", "2", "--eval-compact", "both", "--out", str(out)]
     subprocess.run([sys.executable, "-m", "benchmarks.smollm2_step", *args], check=True, cwd=ROOT)
     result = json.loads(out.with_suffix(".json").read_text())
-    step, evaluation = result["results"]
-    assert step["config"] == "float32:inverse_cdf:2:hf_merged" and step["step_s"] > 0
+    step, *evaluations = result["results"]
+    assert step["config"] == "float32:inverse_cdf:2:hf_merged:0.5" and step["step_s"] > 0
     assert step["rest_flop"] > step["generate_flop"] > 0  # two updates and pi_old's scoring
     assert step["rest_share"] >= 0 and step["generate_share"] >= 0
-    assert evaluation["config"] == "evaluation" and evaluation["completions"] == 4
-    assert evaluation["generate_flop"] > 0 and evaluation["generate_share"] >= 0
-    assert "| float32 | inverse_cdf | 2 | hf_merged |" in out.read_text()
-    assert "Evaluation (`eval_config`): 4 completions" in out.read_text()
+    # one evaluation per call size, each without and with finished rows leaving the batch
+    assert [(e["eval_batch"], e["compact"]) for e in evaluations] == [
+        (4, False),
+        (4, True),
+        (2, False),
+        (2, True),
+    ]
+    for e in evaluations:
+        assert e["config"] == "evaluation" and e["completions"] == 4 and 0 <= e["rewarded"] <= 1
+        assert e["generate_flop"] > 0 and e["generate_share"] >= 0
+    text = out.read_text()
+    assert "| float32 | inverse_cdf | 2 | hf_merged | 0.5 |" in text
+    assert "Evaluation (`eval_config`): 4 completions" in text and "| 4 | yes | **" in text
 
 
 def test_the_trl_benchmark_times_both_trainers_with_lora_in_bf16(qwen3_dir, tmp_path):

@@ -2,6 +2,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import grpo_core.rollout.sampler as sampler_module
 from grpo_core.config.model import TinyModelParams
 from grpo_core.models.tiny import build_tiny_model
 from grpo_core.rollout.rollouts import completion_mask_from_ids
@@ -220,6 +221,38 @@ def test_what_the_sampler_records_changes_the_work_not_the_tokens(tokenizer, eos
     assert score_rollouts(eos_likely, logp_only, 0.8, 5)[0] is not logp_only.sampler_logp
     with pytest.raises(ValueError, match="record='entropies'"):
         generate(eos_likely, tokenizer, PROMPTS, 1, 0.8, 5, record="entropies")
+
+
+@pytest.mark.parametrize("draw", ["multinomial", "inverse_cdf"])
+def test_finished_rows_leave_the_batch_once_a_quarter_are_done(tokenizer, eos_likely, draw):
+    """`compact`: a generation's forwards shrink from 12 rows as rows end (never before a
+    quarter of those decoded are done), and the draws are the ones every row would have had:
+    the same tokens, log-probs and entropies within float rounding (a draw at a near tie may
+    flip: at most one row in eight)."""
+    from tests.sampler_reference import assert_compaction_keeps_draws
+
+    smallest, _ = assert_compaction_keeps_draws(eos_likely, tokenizer, PROMPTS, 0.8, 20, 1e-5)
+    assert smallest < 12
+
+    sizes = []
+    forward = sampler_module.forward
+
+    def spy(model, ids, *args, **kw):
+        sizes.append(ids.shape[0])
+        return forward(model, ids, *args, **kw)
+
+    torch.manual_seed(0)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(sampler_module, "forward", spy)
+        ro = generate(eos_likely, tokenizer, PROMPTS, 4, 0.8, 20, draw=draw, compact=True)
+    ended = (ro.input_ids[:, ro.prompt_len :] == tokenizer.eos_token_id).cumsum(1) > 0
+    current, expected = set(range(12)), []
+    for step in range(len(sizes)):  # the forward after each drawn token (the prompt's: not spied)
+        done = {r for r in current if ended[r, step]}
+        if 4 * len(done) >= len(current):
+            current -= done
+        expected.append(len(current))
+    assert sizes == expected and expected[-1] < 12
 
 
 def test_shared_prompts_give_the_log_probs_and_gradients_of_one_pass_per_row(tokenizer):

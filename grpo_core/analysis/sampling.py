@@ -76,6 +76,7 @@ def sample_problems(
             cfg.max_new_tokens,
             greedy=greedy,
             draw=cfg.draw,
+            compact=cfg.compact,
             # what scoring reuses (a float32 model's log-probs), or nothing
             record="entropy" if with_logprobs else "none",
         )

@@ -37,6 +37,12 @@ class Params(TrainChecks):
     threads: Threads = 2
 
 
+# Keys added after runs were recorded without them, each with the value that does what a run
+# from before it did: a recorded run that lacks the key ran with that value. (Not every new
+# key's default: `train.heldout.every` came in at 5, where runs before it held nothing out.)
+ADDED_KEYS = {f"{section}.compact": False for section in ("profile", "guide", "train", "eval")}
+
+
 def parse_params(raw: object, source: str = "params.yaml") -> Params:
     """The whole params file, validated (a parsed YAML mapping)."""
     return core.parse_params(raw, Params, source)
@@ -47,4 +53,4 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     return core.load_params(Params, path)
 
 
-__all__ = ["Params", "ParamsError", "load_params", "parse_params"]
+__all__ = ["ADDED_KEYS", "Params", "ParamsError", "load_params", "parse_params"]

@@ -244,6 +244,14 @@ class TrainParams(TrainSelection):
     )
     dtype: Dtype = "float32"
     draw: Draw = "multinomial"
+    compact: bool = Field(
+        False,
+        description="Finished completions leave the rollout batch (and the held-out "
+        "evaluation's) instead of being decoded to the longest one's end: faster where "
+        "lengths vary. The same random numbers, but each row's logits move by float rounding "
+        "(computed beside fewer rows): other completions from the same distribution, as "
+        "`eval.compact` says. Off by default.",
+    )
     gradient_checkpointing: bool = Field(
         False,
         description="Recompute each block's activations in the backward pass instead of "

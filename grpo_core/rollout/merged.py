@@ -52,10 +52,10 @@ def merged_copy(policy) -> torch.nn.Module:
 class MergedLoRABackend:
     """Samples with `merged_copy(policy)`, refreshed from the policy by `sync_weights`."""
 
-    def __init__(self, policy, tokenizer, draw: str = "multinomial"):
+    def __init__(self, policy, tokenizer, draw: str = "multinomial", compact: bool = False):
         self.model = merged_copy(policy)
         self.tokenizer = tokenizer
-        self.draw = draw
+        self.draw, self.compact = draw, compact
         self._params = dict(self.model.named_parameters())
         # Per weight of the copy, the policy tensor it was last copied from and that tensor's
         # version counter (which every in-place change moves: optimizer steps, loads).
@@ -107,4 +107,5 @@ class MergedLoRABackend:
             generators=generators,
             draw=self.draw,
             record="logp",
+            compact=self.compact,
         )

@@ -94,6 +94,7 @@ def _sample(
     generators: list[torch.Generator] | None = None,
     draw: str = "multinomial",
     record: str = "entropy",
+    compact: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Decode up to `max_new_tokens` after the left-padded contexts `ids`, with a KV cache.
 
@@ -115,6 +116,16 @@ def _sample(
     entropies the trainer recomputes); "none", neither (returned as None: an evaluation's
     rollouts). The tokens are the same whichever: only the work differs (the entropy is an
     exp over the whole vocabulary at every step).
+
+    `compact`: rows that have emitted EOS leave the batch (and the KV cache) once a quarter of
+    the rows decoded are done, instead of being decoded to the longest row's end. The random
+    numbers drawn stay those of every row (`_next_token`), so each row's tokens are the same
+    as without, provided the model computes a row's logits the same whatever the other rows.
+    They move by float rounding: in float32 a draw at a near tie flips now and then
+    (`tests/test_rollout.py` bounds how often); in bf16, where ties are common, most rows
+    of SmolLM2 diverge after a few tokens (`tests/test_packaged_model.py`): other completions
+    from the same distribution. The log-probs and entropies of a row that left (masked: after
+    its EOS) are 0.
     """
     if record not in RECORDS:
         raise ValueError(f"record={record!r}: allowed values are {RECORDS}")
@@ -126,11 +137,12 @@ def _sample(
     logits = prefill(model, ids, attn, pos, cache, logits_to_keep=1)[:, -1]
     next_pos = pos[:, -1:]
     unfinished = torch.ones(b, dtype=torch.long, device=ids.device)
+    active = None  # the rows still in the batch, when some have left it (`compact`)
     tokens, logps, entropies = [], [], []
     for step in range(max_new_tokens):
         # The logits are not read again: dividing and flooring in place is safe, once they
         # own their memory (a group's rows share one prompt's logits when one prompt is all).
-        scores = logits.float().contiguous()
+        scores = logits.float().contiguous()  # the rows in the batch
         if not greedy and temperature != 1.0:
             scores = scores.div_(temperature)
         logp_all = None
@@ -143,19 +155,29 @@ def _sample(
                 logp_all = F.log_softmax(scores if exact is None else exact, dim=-1)
         if step < min_new_tokens:  # scores are this step's own (.float() or the division)
             scores[:, eos] = -float("inf")
-        token = _next_token(scores, greedy, generators, draw)
+        token = _next_token(scores, greedy, generators, draw, active, b)
         token = token * unfinished + pad * (1 - unfinished)
         tokens.append(token)
         if logp_all is not None:
-            logps.append(logp_all.gather(1, token[:, None]).squeeze(1))
+            mine = token if active is None else token[active]
+            logps.append(_all_rows(logp_all.gather(1, mine[:, None]).squeeze(1), active, b))
             if record == "entropy":
-                entropies.append(-logp_all.exp().mul_(logp_all).sum(-1))
+                entropy = -logp_all.exp().mul_(logp_all).sum(-1)
+                entropies.append(_all_rows(entropy, active, b))
         unfinished = unfinished & (token != eos).long()
         if step == max_new_tokens - 1 or not unfinished.any():
             break
-        attn = torch.cat([attn, attn.new_ones(b, 1)], dim=1)
+        if compact:
+            rows = torch.arange(b, device=ids.device) if active is None else active
+            done = unfinished[rows] == 0
+            if int(done.sum()) * 4 >= len(rows):
+                keep = (~done).nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                active, attn, next_pos = rows[keep], attn[keep], next_pos[keep]
+        attn = torch.cat([attn, attn.new_ones(attn.shape[0], 1)], dim=1)
         next_pos = next_pos + 1
-        logits = forward(model, token[:, None], attn, next_pos, cache)[:, -1]
+        step_ids = (token if active is None else token[active])[:, None]
+        logits = forward(model, step_ids, attn, next_pos, cache)[:, -1]
     completion = torch.stack(tokens, 1)
     if greedy or record == "none":
         return completion, None, None
@@ -165,34 +187,53 @@ def _sample(
     return completion, logp, torch.stack(entropies, 1)
 
 
+def _all_rows(x: torch.Tensor, rows: torch.Tensor | None, total: int) -> torch.Tensor:
+    """`x`, one entry per row in the batch (`rows` of `total`; None: all), as `total` entries,
+    0 at the rows that left the batch."""
+    if rows is None:
+        return x
+    return x.new_zeros(total, *x.shape[1:]).index_copy_(0, rows, x)
+
+
 def _next_token(
     scores: torch.Tensor,
     greedy: bool,
     generators: list[torch.Generator] | None,
     draw: str = "multinomial",
+    rows: torch.Tensor | None = None,
+    total: int | None = None,
 ) -> torch.Tensor:
     """One token per row from `scores` (B, V): the argmax, or a draw over every row from
     torch's global generator, or one per group of rows from that group's generator. The draw
-    is `torch.multinomial` or, with `draw="inverse_cdf"`, `inverse_cdf_draw`."""
+    is `torch.multinomial` or, with `draw="inverse_cdf"`, `inverse_cdf_draw`.
+
+    `rows`: the scores are those of these rows of `total` (the rest left the batch); the
+    random numbers drawn are still those of all `total` rows, so each row's draw is the one it
+    would have had, and the rows not there get token 0."""
     if greedy:
-        return torch.argmax(scores, dim=-1)
+        return _all_rows(torch.argmax(scores, dim=-1), rows, total)
     if draw not in DRAWS:
         raise ValueError(f"draw={draw!r}: allowed values are {DRAWS}")
     probs = F.softmax(scores, dim=-1)
-    parts = [(probs, None)]
+    size = probs.shape[0] if rows is None else total
+    parts = [(size, None)]
     if generators is not None:
-        n = scores.shape[0] // len(generators)
-        parts = [(probs[i * n : (i + 1) * n], gen) for i, gen in enumerate(generators)]
+        parts = [(size // len(generators), gen) for gen in generators]
     if draw == "multinomial":
-        return torch.cat([torch.multinomial(p, 1, generator=gen) for p, gen in parts]).squeeze(1)
-    return torch.cat(
-        [
-            inverse_cdf_draw(
-                p, torch.rand(p.shape[0], dtype=torch.float64, device=p.device, generator=gen)
-            )
-            for p, gen in parts
-        ]
+        if rows is not None:  # it draws for every row it is given: give it every row
+            probs = probs.new_ones(total, probs.shape[1]).index_copy_(0, rows, probs)
+        drawn, first = [], 0
+        for n, gen in parts:
+            drawn.append(torch.multinomial(probs[first : first + n], 1, generator=gen))
+            first += n
+        token = torch.cat(drawn).squeeze(1)
+        return token if rows is None else _all_rows(token[rows], rows, total)
+    u = torch.cat(
+        [torch.rand(n, dtype=torch.float64, device=probs.device, generator=gen) for n, gen in parts]
     )
+    if rows is not None:
+        u = u[rows]
+    return _all_rows(inverse_cdf_draw(probs, u), rows, total)
 
 
 # e^-87 = 1.6e-38, the smallest float32 exp that is not subnormal (see `floored`).
@@ -249,6 +290,7 @@ def generate(
     generators: list[torch.Generator] | None = None,
     draw: str = "multinomial",
     record: str = "entropy",
+    compact: bool = False,
 ) -> Rollouts:
     """Sample `num_samples` completions per prompt; rows are grouped prompt by prompt.
 
@@ -265,7 +307,8 @@ def generate(
 
     `record` ("entropy", "logp" or "none", see `_sample`): what the rollouts carry beside the
     tokens. Rollouts without entropies carry no `sampler_key`, so the trainer never takes
-    their log-probs and entropies for a forward's.
+    their log-probs and entropies for a forward's. `compact`: finished rows leave the batch
+    (see `_sample`).
     """
     if generators is not None and len(generators) != len(prompts):
         raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
@@ -292,6 +335,7 @@ def generate(
             generators=generators,
             draw=draw,
             record=record,
+            compact=compact,
         )
         if not greedy and record == "entropy" and _computes_in_float32(model):
             key = _sampler_key(model, temperature)

@@ -202,8 +202,11 @@ def config_difference(results: Results, variant: str, baseline: str) -> str | No
 
     Cells record every resolved param (run.json `params`); a cell from before that record is
     read from what it does record (`resolved`: the train and reward params after the algo
-    preset), where two arms of different `algo` presets may differ in any train param."""
+    preset), where two arms of different `algo` presets may differ in any train param. A key
+    added since one of the cells ran (`ADDED_KEYS`) is, where that cell lacks it, the value
+    that does what the cell did."""
     from grpo_core.compare import flatten
+    from grpo_core.config.params import ADDED_KEYS
 
     variants = results.study.variants
     overrides = set(variants.get(variant, {})) | set(variants.get(baseline, {}))
@@ -229,7 +232,8 @@ def config_difference(results: Results, variant: str, baseline: str) -> str | No
             presets = fa.get("algo") != fb.get("algo")  # another preset resolves train anew
             allowed = overrides | ({"train"} if presets else set())
         for key in sorted(set(fa) | set(fb)):
-            x, y = fa.get(key, "absent"), fb.get(key, "absent")
+            before = ADDED_KEYS.get(key, "absent")
+            x, y = fa.get(key, before), fb.get(key, before)
             if x != y and not _covered(key, allowed):
                 return (
                     f"not compared: {cell_key(variant, seed)} and {cell_key(baseline, seed)} ran "

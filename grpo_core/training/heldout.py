@@ -83,6 +83,7 @@ class HeldoutEval:
             batch_size=cfg.prompts_per_step * cfg.group_size,  # a rollout batch fits
             dtype=cfg.dtype,
             draw=cfg.draw,
+            compact=cfg.compact,
         )
         self.problems: list[dict] = problems or []
         if self.every and problems is None:

@@ -232,7 +232,7 @@ def rollout_backend(params: TrainStage, tokenizer, policy):
     """The rollout backend `train.rollout_backend` names (None: the policy samples);
     synced from the policy before the first rollout."""
     if params.train.rollout_backend == "hf_merged":
-        return MergedLoRABackend(policy, tokenizer, params.train.draw)
+        return MergedLoRABackend(policy, tokenizer, params.train.draw, params.train.compact)
     if params.train.rollout_backend != "vllm":
         return None
     return VLLMBackend(

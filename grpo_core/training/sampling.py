@@ -107,6 +107,7 @@ class GroupSampler:
                 max_new_tokens=self.cfg.max_new_tokens,
                 generators=generators,
                 draw=self.cfg.draw,
+                compact=self.cfg.compact,
             )
         else:
             ro = self._backend_rollouts(prompts, n, generators)
