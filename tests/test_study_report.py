@@ -361,7 +361,11 @@ def test_one_seed_is_inconclusive(tmp_path):
 def test_findings_gather_every_report(tmp_path):
     reports = tmp_path / "reports"
     write_report(make_study(tmp_path), reports)
-    write_report(make_study(tmp_path, "solo", seeds=(0,), dynamics=()), reports)
+    solo = make_study(tmp_path, "solo", seeds=(0,), dynamics=())
+    spec = yaml.safe_load((solo / "study.yaml").read_text())
+    spec["claims"][0]["source"] = "grpo-lab"  # an option of ours, not a paper's claim
+    (solo / "study.yaml").write_text(yaml.safe_dump(spec))
+    write_report(solo, reports)
     target = write_findings(reports, tmp_path / "docs" / "findings.md")
     assert target == tmp_path / "docs" / "findings.md"
     lines = target.read_text().splitlines()
@@ -374,11 +378,19 @@ def test_findings_gather_every_report(tmp_path):
         "(docs/studies.md#the-statistics)."
     ) in lines
     assert (
-        "| [demo](../reports/demo.md) | new trains to a higher accuracy than grpo | +3.8 points | "
-        f"{NEW_GRPO}; {NEW_BASE} | **reproduced** | `dvc repro studies/demo/dvc.yaml` |"
+        "| [demo](../reports/demo.md) | new trains to a higher accuracy than grpo | a paper's | "
+        f"+3.8 points | {NEW_GRPO}; {NEW_BASE} | **reproduced** | "
+        "`dvc repro studies/demo/dvc.yaml` |"
     ) in lines
     rows = [line for line in lines if line.startswith("| [")]
     assert [r.split("]")[0] for r in rows] == ["| [demo", "| [demo", "| [solo", "| [solo"]
+    assert [r.split(" | ")[2] for r in rows] == [
+        "a paper's", "a paper's", "grpo-lab's own", "a paper's",
+    ]  # fmt: skip
+    # every term the page uses is defined on it
+    terms = lines[lines.index("Terms:") : lines.index("Terms:") + 12]
+    for term in ("cell", "base", "upstream", "smallest effect of interest", "learnable band"):
+        assert any(line.startswith(f"- **{term}**") or f"**{term}**:" in line for line in terms)
 
 
 def test_a_failed_precondition_makes_its_claims_not_testable(tmp_path):
@@ -405,20 +417,27 @@ def test_findings_show_the_verdicts_before_beside_the_new(tmp_path):
         json.dumps(
             {
                 "_rules": "under the old rules",
-                "demo/new-beats-grpo": "inconclusive",
+                "demo/new-beats-grpo": {"verdict": "inconclusive", "why": "more seeds ran."},
                 "demo/retired-claim": "reproduced",
             }
         )
     )
     lines = write_findings(reports, tmp_path / "docs" / "findings.md").read_text().splitlines()
-    assert "The verdict before: under the old rules." in lines
+    assert (
+        "**The verdict before** is each claim's verdict under the rules before the latest change "
+        "to them (under the old rules), as this page stated it then."
+    ) in lines
     assert (
         "Claims with a verdict before that are no longer claims (retired or replaced; the study "
         "file says why): `demo/retired-claim` (reproduced)."
     ) in lines
-    assert "| study | claim | paper's number | ours | verdict | verdict before | rerun |" in lines
+    assert (
+        "| study | claim | whose | paper's number | ours | verdict | verdict before | rerun |"
+    ) in lines
     rows = [line for line in lines if line.startswith("| [")]
     assert rows[0].endswith("| **reproduced** | inconclusive | `dvc repro studies/demo/dvc.yaml` |")
+    changes = lines[lines.index("Verdicts that changed, and why:") + 2 :]
+    assert changes[0] == "- `demo/new-beats-grpo`: inconclusive → **reproduced**. more seeds ran."
     assert rows[1].endswith("| – | `dvc repro studies/demo/dvc.yaml` |")
 
 
@@ -527,6 +546,14 @@ def test_two_arms_whose_params_differ_beyond_their_variants_are_not_compared(tmp
     )
     record("grpo", 1)
     assert config_difference(load_results(study_dir), "new", "grpo") is None  # two presets
+    # a key added since a cell ran: its absence is the value that does what that cell did
+    record("grpo", 1, compact=False)
+    assert config_difference(load_results(study_dir), "new", "grpo") is None
+    record("grpo", 1, compact=True)
+    assert config_difference(load_results(study_dir), "new", "grpo") == (
+        "not compared: new-1 and grpo-1 ran with train.compact = False and True, which neither "
+        "variant sets (re-run the older cell)"
+    )
 
 
 def test_a_report_is_the_same_bytes_whatever_the_hash_seed(tmp_path):

@@ -25,14 +25,19 @@ VERDICTS = (
 def write_findings(reports_root: Path, target: Path) -> Path:
     """`target` (docs/findings.md): every report's claims and verdicts, in one table; with
     `reports_root/verdicts-before.json` (`study/claim` -> the verdict under the rules before
-    the latest change; `_rules`, if present, says which change), a column of those beside the
-    new ones."""
+    the latest change, or {"verdict", "why"}: `why` says what changed it; `_rules`, if
+    present, says which change), a column of those beside the new ones and, under the table,
+    each changed verdict with its why."""
     summaries = [
         json.loads(p.read_text()) for p in sorted(Path(reports_root).glob("*/summary.json"))
     ]
     before_path = Path(reports_root) / "verdicts-before.json"
     before = json.loads(before_path.read_text()) if before_path.exists() else None
     rules = before.pop("_rules", None) if before is not None else None
+    whys = {}
+    for key, value in (before or {}).items():
+        if isinstance(value, dict):
+            before[key], whys[key] = value["verdict"], value.get("why")
     claims = [(s, c) for s in summaries for c in s["claims"]]
     counts = {v: sum(c["verdict"] == v for _, c in claims) for v in VERDICTS}
     ns = [ch["n"] for _, c in claims for ch in c["checks"]]
@@ -57,7 +62,12 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         "",
     ]
     if rules:
-        out += [f"The verdict before: {rules}.", ""]
+        out += [
+            f"**The verdict before** is each claim's verdict under the rules before the latest "
+            f"change to them ({rules}), as this page stated it then.",
+            "",
+        ]
+    out += TERMS + [""]
     rows = []
     for s, c in claims:
         link = os.path.relpath(Path(reports_root) / f"{s['name']}.md", target.parent)
@@ -65,6 +75,7 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         row = [
             f"[{s['name']}]({Path(link).as_posix()})",
             c["claim"],
+            "grpo-lab's own" if c.get("source") == "grpo-lab" else "a paper's",
             c["paper"],
             "; ".join(ch["text"] for ch in c["checks"]),
             verdict,
@@ -72,9 +83,20 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         if before is not None:
             row.append(before.get(f"{s['name']}/{c['id']}", "–"))
         rows.append(row + [f"`dvc repro studies/{s['name']}/dvc.yaml`"])
-    head = ["study", "claim", "paper's number", "ours", "verdict"]
+    head = ["study", "claim", "whose", "paper's number", "ours", "verdict"]
     head += ["verdict before"] * (before is not None) + ["rerun"]
     out += _table(head, rows)
+    changed = [
+        (f"{s['name']}/{c['id']}", before[f"{s['name']}/{c['id']}"], c["verdict"])
+        for s, c in claims
+        if before and before.get(f"{s['name']}/{c['id']}", c["verdict"]) != c["verdict"]
+    ]
+    if changed:
+        out += ["", "Verdicts that changed, and why:", ""]
+        out += [
+            f"- `{key}`: {old} → **{new}**. {whys.get(key) or 'No reason recorded.'}"
+            for key, old, new in changed
+        ]
     current = {f"{s['name']}/{c['id']}" for s, c in claims}
     gone = sorted(set(before or {}) - current)
     if gone:
@@ -85,6 +107,37 @@ def write_findings(reports_root: Path, target: Path) -> Path:
     with atomic_path(target) as tmp:
         tmp.write_text("\n".join(out) + "\n")
     return target
+
+
+# What the page's words mean, on the page (docs/studies.md has the long form).
+TERMS = [
+    "Terms:",
+    "",
+    "- **cell**: one training run of one variant at one seed, and its evaluation "
+    "(`studies/<study>/cells/<variant>-<seed>`); **base**: the model before RL, evaluated "
+    "the same way (`studies/<study>/base/<seed>`); **upstream**: what a study's cells share "
+    "per seed and do not train, its base's difficulty profile and guides "
+    "(`studies/<study>/upstream/<seed>`).",
+    "- **variant** (an arm): a cell's settings beyond the study's own; two arms are compared "
+    "only when their cells differ by their variants alone. A **seed** replicates what the "
+    "study says it does (the RL sampling, and with per-seed bases the SFT too).",
+    "- **smallest effect of interest**: the least difference a claim counts as an effect "
+    "(2 accuracy points unless the paper gives a size); an interval inside ±it is no effect.",
+    "- **learnable band**: the levels where the base solves 5-95% of the questions (or the "
+    "band the study states); a check at a level outside it is *not testable here*, since "
+    "every arm sits at the floor or the ceiling there.",
+    "- **trains**: the share of an arm's training groups with reward spread (not every "
+    "rollout scored alike), averaged over steps and seeds: under 5% an arm learns from "
+    "almost nothing and the claim is not testable (unless it says that arm does worse).",
+    "- **verdicts**: *reproduced* (the interval lies on the claimed side of 0, or inside "
+    "±the smallest effect for a claim of no difference), *no effect* (it rules the smallest "
+    "effect out), *contradicted* (wholly on the other side), *inconclusive* (it cannot tell), "
+    "*not testable here* (outside the band, too little training signal, or a precondition "
+    "failed). Intervals are 95%, Bonferroni-adjusted when a claim has several checks, with "
+    "the evaluation's own noise as the sd where the seeds spread less.",
+    "- **whose**: a paper's claim, or grpo-lab's own (an option or curriculum of ours that "
+    "no paper states).",
+]
 
 
 # The capacity boundary as the difficulty study states it (its claim `capacity-boundary`):

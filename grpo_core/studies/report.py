@@ -85,6 +85,7 @@ def _summary(results: Results, claims: Verdicts) -> dict:
                 "id": claim.id,
                 "claim": claim.claim,
                 "paper": claim.paper,
+                "source": claim.source,
                 "verdict": verdict.verdict,
                 "note": verdict.note,
                 "signal": claim_signal(results, claim),

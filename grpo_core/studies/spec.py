@@ -112,6 +112,11 @@ class Claim(_Strict):
     id: str
     claim: str
     paper: str
+    source: Literal["paper", "grpo-lab"] = Field(
+        "paper",
+        description="Whose claim it is: one of the papers', or grpo-lab's own (an option or "
+        "a curriculum of ours, which no paper states); docs/findings.md marks the latter.",
+    )
     checks: list[Check] = Field(min_length=1)
 
 
