@@ -2,7 +2,8 @@
 coming apart, measured on one seed before a study spends its hours on it.
 
     python -m benchmarks.lr_probe studies/smollm2 --variant grpo --seed 2 --steps 10 \\
-        --lrs 2e-5 5e-5 1e-4 [--out benchmarks/results/smollm2-lr.md] [--extend]
+        --lrs 2e-5 5e-5 1e-4 [--set train.lora.r=8 ...] [--out benchmarks/results/smollm2-lr.md]
+        [--extend]
 
 Each rate trains the cell's own params (`grpo_core.studies.spec.cell_params`: the study's
 params, the variant's and the seed's) with `train.lr` and `train.steps` replaced, in a scratch
@@ -11,6 +12,10 @@ A rate the cell itself was trained at (its run.json says which) is read from the
 metrics instead (studies/<name>/cells/<variant>-<seed>/train.csv, its first `--steps` steps:
 the warm-up and constant rate after it make a short run the start of the long one), unless
 `--retrain`.
+`--set KEY=VALUE` (a dotted params key, the value read as YAML) changes the cell's params for
+every rate, e.g. the LoRA rank (`--set train.lora.r=8 --set train.lora.alpha=16`): a probe of
+another setting at the chosen rate; the cell's own step metrics are then never read in its
+place.
 With `--extend`, the rates the `--out` file already holds (an earlier run on the same cell
 and steps) are kept, and only the new ones train.
 
@@ -34,9 +39,11 @@ import shutil
 import time
 from pathlib import Path
 
+import yaml
+
 from grpo_core.config.core import read_yaml
 from grpo_core.studies import cells
-from grpo_core.studies.spec import cell_key, cell_params, load_study
+from grpo_core.studies.spec import cell_key, cell_params, check_params, load_study, set_dotted
 
 ROOT = Path.cwd()  # the repository, as for the study stages (stages/study_cell.py)
 
@@ -76,11 +83,22 @@ def summarize(steps_csv: str, steps: int) -> dict:
     }
 
 
-def probe(study_dir: Path, variant: str, seed: int, steps: int, lr: float, retrain: bool):
+def probe(
+    study_dir: Path,
+    variant: str,
+    seed: int,
+    steps: int,
+    lr: float,
+    retrain: bool,
+    settings: dict | None = None,
+):
     study = load_study(study_dir)
     params = cell_params(read_yaml(ROOT / "params.yaml"), study, variant, seed, str(study_dir))
+    for key, value in (settings or {}).items():
+        set_dotted(params, key, value)
+    check_params(params, "--set")
     cell = study_dir / "cells" / cell_key(variant, seed)
-    if not retrain and (cell / "run.json").exists():
+    if not retrain and not settings and (cell / "run.json").exists():
         # the rate the cell was trained at, as it recorded it (not what the params say now)
         trained = json.loads((cell / "run.json").read_text())["resolved"]["train"]["lr"]
         if math.isclose(trained, lr):
@@ -88,7 +106,7 @@ def probe(study_dir: Path, variant: str, seed: int, steps: int, lr: float, retra
             return summarize(kept.read_text(), steps) | {"source": str(kept), "wall_s": None}
     params["train"] |= {"lr": lr, "steps": steps, "checkpoint_every": steps}
     ws = cells.workspace(
-        study_dir, f"lr-{lr:g}-{seed}", params, cells.inputs(ROOT, study_dir, study, "cell")
+        study_dir, f"lr-{lr:g}-{seed}", params, cells.inputs(ROOT, study_dir, study, "cell", seed)
     )
     start = time.perf_counter()
     cells.run_stage("stages.train", ws, ROOT)
@@ -96,6 +114,14 @@ def probe(study_dir: Path, variant: str, seed: int, steps: int, lr: float, retra
     out = summarize(cells.step_table(ws / cells.STEP_METRICS), steps)
     shutil.rmtree(ws)
     return out | {"source": "trained", "wall_s": wall}
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """`KEY=VALUE` as (key, the value read as YAML): `train.lora.r=8` is ("train.lora.r", 8)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"error: --set {text!r}: expected KEY=VALUE, e.g. train.lora.r=8")
+    return key, yaml.safe_load(value)
 
 
 def earlier_results(path: Path | None, out: dict) -> dict:
@@ -107,7 +133,7 @@ def earlier_results(path: Path | None, out: dict) -> dict:
     if not json_path.exists():
         return {}
     before = json.loads(json_path.read_text())
-    keys = ("study", "variant", "seed", "steps")
+    keys = ("study", "variant", "seed", "steps", "set")
     if any(before.get(k) != out[k] for k in keys):
         theirs = {k: before.get(k) for k in keys}
         raise SystemExit(f"error: {json_path} probed {theirs}, not this cell: --extend refused")
@@ -120,7 +146,9 @@ def table(out: dict) -> str:
         f"seed {out['seed']}",
         "",
         f"`python -m benchmarks.lr_probe {out['study']} --variant {out['variant']} --seed "
-        f"{out['seed']} --steps {out['steps']} --lrs {' '.join(out['rates'])}`. Reward: the "
+        f"{out['seed']} --steps {out['steps']} --lrs {' '.join(out['rates'])}"
+        + "".join(f" --set {k}={v}" for k, v in out["set"].items())
+        + "`. Reward: the "
         "verifier's mean over the step's rollouts, averaged over the first and second half of "
         "the steps; held-out: accuracy on the fixed held-out sample after the step shown.",
         "",
@@ -153,17 +181,25 @@ def main() -> None:
         action="store_true",
         help="keep the rates --out's JSON already holds (same study, variant, seed, steps)",
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a params key changed for every rate (dotted, the value read as YAML)",
+    )
     ap.add_argument("--out", type=Path, help="write the Markdown table here (and .json)")
     args = ap.parse_args()
+    settings = dict(parse_setting(s) for s in args.set)
     out: dict = {"study": str(args.study), "variant": args.variant, "seed": args.seed}
-    out |= {"steps": args.steps, "rates": args.lrs, "results": {}}
+    out |= {"steps": args.steps, "set": settings, "rates": args.lrs, "results": {}}
     earlier = earlier_results(args.out, out) if args.extend else {}
     for rate in args.lrs:
         if rate in earlier:
             out["results"][rate] = earlier[rate]
             continue
         out["results"][rate] = probe(
-            args.study, args.variant, args.seed, args.steps, float(rate), args.retrain
+            args.study, args.variant, args.seed, args.steps, float(rate), args.retrain, settings
         )
         print(rate, json.dumps(out["results"][rate]), flush=True)
     if args.out:

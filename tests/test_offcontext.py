@@ -17,12 +17,14 @@ from grpo_core.data.prompts import char_prefix
 from grpo_core.data.schema import PROBLEM_SCHEMA
 from grpo_core.data.tiny import arith
 from grpo_core.io import write_parquet
+from grpo_core.models.qwen3 import write_tokenizer
 from grpo_core.models.tiny import build_char_tokenizer, build_tiny_model
 from grpo_core.rewards import verify as rewards
+from grpo_core.rollout.rollouts import Rollouts
 from grpo_core.rollout.scoring import token_logprobs
 from grpo_core.training import sampling
 from grpo_core.training.batch import Question
-from grpo_core.training.guidance import guided_token_weights
+from grpo_core.training.guidance import answer_tokens, guided_token_weights
 from grpo_core.training.questions import training_questions
 from grpo_core.training.trainer import GRPOTrainer
 
@@ -353,3 +355,62 @@ def test_an_instruct_models_contexts_go_through_its_chat_template():
     assert sampling_context(q, 0.5, "hinted", chat_tok) == f"<|user|>\n{guided}\n<|assistant|>\n"
     assert sampling_context(q, 0.5, "prefix_rl", chat_tok) == q.prompt + hint
     assert sampling_context(q, None, "importance", chat_tok) == q.prompt
+
+
+def _rollouts(tokenizer, completions: list[str]) -> Rollouts:
+    """Rollouts of `completions` (right-padded) after a one-token prompt, as the sampler lays
+    them out."""
+    rows = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions]
+    width = max(map(len, rows))
+    ids = torch.zeros(len(rows), 1 + width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, 1 : 1 + len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    attn = torch.cat([torch.ones(len(rows), 1, dtype=torch.long), mask], dim=1)
+    return Rollouts(ids, attn, mask, 1, completions, torch.zeros(len(rows), dtype=torch.bool))
+
+
+def _marked(tokenizer, ro, mask, row: int) -> str:
+    return tokenizer.decode(ro.completion_ids[row][mask[row]].tolist())
+
+
+def test_answer_tokens_are_the_ones_that_write_the_answer_the_verifier_reads(tmp_path):
+    # The char tokenizer: one token a character, so the answer's tokens are its characters.
+    texts = [SOLUTION, "7+8=15\nThe answer is 85.", "no idea", SOLUTION]
+    tok = build_char_tokenizer(texts)
+    ro = _rollouts(tok, texts)
+    mask = answer_tokens(tok, ro, [0, 1, 2], ["math"] * 3)  # row 3 not asked for
+    assert _marked(tok, ro, mask, 0) == "85"  # the box's content, the last "85"
+    assert mask[0].nonzero().flatten().tolist() == [len(SOLUTION) - 3, len(SOLUTION) - 2]
+    assert _marked(tok, ro, mask, 1) == "85"
+    assert not mask[2].any() and not mask[3].any()  # no answer; not asked for
+    # Qwen3's BPE: a token that holds part of the answer counts, none outside it.
+    write_tokenizer(tmp_path)
+    from transformers import AutoTokenizer
+
+    bpe = AutoTokenizer.from_pretrained(tmp_path)
+    texts = ["47 + 38 = 85, so the answer is \\boxed{85}.", "\\boxed{12} or \\boxed{13}"]
+    ro = _rollouts(bpe, texts)
+    mask = answer_tokens(bpe, ro, [0, 1], ["math", "math"])
+    assert _marked(bpe, ro, mask, 0).strip() == "85"
+    assert mask[0].sum() >= 1 and not mask[0][:10].any()  # not the "85" of the working
+    assert not mask[1].any()  # boxes that disagree: no answer is read
+
+
+def test_the_answer_weight_is_the_mean_weight_on_the_solved_guided_rows_answer_tokens(model, tok):
+    cfg = _cfg(gamma=0.5, floor=0.2, cap=1.5)
+    trainer, sampled = _sample(model, tok, cfg, [None, 0.5])
+    old, _ = trainer.score(sampled.ro)
+    answer = torch.zeros_like(sampled.ro.completion_mask, dtype=torch.bool)
+    answer[0, :2] = True  # an unguided row: not counted
+    answer[4, :2] = answer[5, :1] = True  # guided rows, by hand
+    weights, metrics = guided_token_weights(
+        sampled, old, cfg, answer & sampled.ro.completion_mask.bool()
+    )
+    picked = answer & sampled.ro.completion_mask.bool()
+    picked[0] = False
+    assert metrics["oc/answer_tokens"] == float(picked.sum()) > 0
+    assert metrics["oc/answer_weight_mean"] == pytest.approx(float(weights[picked].mean()))
+    _, without = guided_token_weights(sampled, old, cfg, torch.zeros_like(answer))
+    assert without["oc/answer_tokens"] == 0.0 and "oc/answer_weight_mean" not in without

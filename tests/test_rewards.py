@@ -30,7 +30,7 @@ from grpo_core.rewards.shaping import (
     overlong_penalty,
     shaped_rewards,
 )
-from grpo_core.rewards.verify import final_answer, verify_batch
+from grpo_core.rewards.verify import answer_form, final_answer, verify_batch
 
 B = "\\boxed"
 
@@ -208,6 +208,28 @@ def test_verify_batch_mixes_domains_in_order():
         ["3", "B", code, "3", code],
     )
     assert rewards == [1.0, 0.0, 0.5, 0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "domain, completion, form",
+    [
+        ("math", "3+4=7\n\\boxed{7}", "boxed"),
+        ("math", "The answer is 7.", "stated"),
+        ("math", "The answer is 7, so \\boxed{7}", "boxed"),  # the box is read first
+        ("math", "\\boxed{7} or \\boxed{8}", "boxed"),  # boxes that disagree: still boxed
+        ("math", "7", "other"),  # a bare number: nothing the verifier reads
+        ("math", "The answer is in the solution above.", "other"),  # states nothing
+        ("math", "", "other"),
+        ("mcq", "Answer: B", "stated"),
+        ("mcq", "so \\boxed{B}", "boxed"),
+        ("mcq", "B", "other"),
+        ("code", "def f(x):\n    return x", "program"),
+        ("code", "  \n", "other"),
+        ("unknown", "The answer is 7.", "other"),
+    ],
+)
+def test_answer_form(domain, completion, form):
+    assert answer_form(domain, completion) == form
 
 
 def test_final_answers_are_the_votes_of_majority_voting():

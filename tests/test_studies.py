@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from pydantic import ValidationError
@@ -291,6 +292,12 @@ def test_a_study_runs_its_cells_through_dvc_and_reports(study_repo):
     for key in ("short-0", "long-0"):
         assert (cells / key / "questions.parquet").exists() and (cells / key / "train.csv").exists()
         assert (cells / key / "dynamics/confidence.csv").exists()
+        # what an auditor reads: each evaluation completion with the form of its answer, and
+        # the rollout log, a row per question per step
+        comps = pq.read_table(cells / key / "completions.parquet").to_pylist()
+        assert {c["form"] for c in comps} <= {"boxed", "stated", "program", "other"}
+        steps = pq.read_table(cells / key / "rollouts.parquet").column("step").to_pylist()
+        assert len(steps) == 4 * len(set(steps)) == 4 * (1 if key == "short-0" else 2)
     assert not (repo / "studies/tiny/.work/short-0").exists()  # the workspace is gone
     # what the cell records of how it was made: every resolved param, the code's commit and
     # the base model and eval set it ran on, by content
@@ -395,6 +402,17 @@ def test_the_learning_rate_probe_reads_the_cells_rate_and_trains_another(study_r
     other = [*probe[:6], "--seed", "1", *probe[8:], "--extend"]
     refused = sh(repo, "env", f"PYTHONPATH={ROOT}", *other, check=False)
     assert refused.returncode and "not this cell: --extend refused" in refused.stderr
+    # --set: another setting at the cell's own rate trains (the cell's metrics are not its)
+    changed = tmp_path / "set.md"
+    with_set = [*probe[:12], "--set", "train.max_new_tokens=4", "--out", str(changed)]
+    sh(repo, "env", f"PYTHONPATH={ROOT}", *with_set)
+    got = json.loads(changed.with_suffix(".json").read_text())
+    assert got["set"] == {"train.max_new_tokens": 4}
+    assert got["results"][f"{own:g}"]["source"] == "trained"
+    assert got["results"][f"{own:g}"]["length_last"] <= 4
+    assert "--set train.max_new_tokens=4" in changed.read_text()
+    bad = sh(repo, "env", f"PYTHONPATH={ROOT}", *probe[:12], "--set", "train.nope=1", check=False)
+    assert bad.returncode and "nope" in bad.stderr
 
 
 def test_the_learning_rate_probe_halves_the_steps_by_hand():

@@ -780,3 +780,60 @@ def test_a_study_states_its_own_band(tmp_path):
         spec["band"] = bad
         with pytest.raises(ValueError, match="band must be"):
             Study.model_validate(spec)
+
+
+def _completions(folder, rows: list[tuple], form: bool) -> None:
+    """completions.parquet in `folder`: (id, level, decoding, text, reward) rows; with `form`
+    the answer form as the cell stage writes it, without it as cells written before it."""
+    table = [
+        {"id": q, "source": "arith", "level": lv, "decoding": d, "sample": 0, "completion": t,
+         "reward": r, "length": 5, "truncated": False}
+        for q, lv, d, t, r in rows
+    ]  # fmt: skip
+    if form:
+        for row in table:
+            row["form"] = "other" if row["completion"].startswith("pays") else "boxed"
+    pq.write_table(pa.Table.from_pylist(table), folder / "completions.parquet")
+
+
+def test_the_report_tallies_rewarded_completions_by_answer_form(tmp_path):
+    from grpo_core.studies import audit
+
+    study_dir = make_study(tmp_path, seeds=(0,))
+    base = study_dir / "base/0"
+    # the base's cell predates the form column: read from the text, the domain from its
+    # questions (math here)
+    questions = pq.read_table(base / "questions.parquet")
+    questions = questions.set_column(2, "domain", pa.array(["math"] * questions.num_rows))
+    pq.write_table(questions, base / "questions.parquet")
+    _completions(
+        base,
+        [
+            ("q1", 1, "sampled", "3+4=7\n\\boxed{7}", 1.0),
+            ("q1", 1, "sampled", "The answer is 7.", 1.0),
+            ("q1", 1, "sampled", "I think 8", 0.0),
+            ("q2", 1, "sampled", "5+2=7\n\\boxed{7}", 1.0),
+            ("q1", 1, "greedy", "The answer is 7.", 1.0),  # left out: avg@k is the sampled
+        ],
+        form=False,
+    )
+    # a reward that pays what no verifier reads shows as `other`
+    _completions(
+        study_dir / "cells/new-0",
+        [("q1", 1, "sampled", "pays 7", 1.0), ("q1", 1, "sampled", "\\boxed{7}", 0.0)],
+        form=True,
+    )
+    results = load_results(study_dir)
+    head, rows = audit.form_table(results)
+    assert head == ["arm", "level", "completions", "rewarded", "rewarded: boxed",
+                    "rewarded: stated", "rewarded: other"]  # fmt: skip
+    assert rows == [
+        ["base", "1", "4", "75.0%", "67%", "33%", "0%"],
+        ["new", "1", "2", "50.0%", "0%", "0%", "100%"],
+    ]  # grpo's cells keep no completions: no rows
+    shapes = audit.common_shapes(results, top=2)
+    assert shapes[0] == ["base", "`#+#=#⏎\\boxed{#}`", "2 (67%)", "`3+4=7⏎\\boxed{7}`"]
+    assert shapes[1] == ["base", "`The answer is #.`", "1 (33%)", "`The answer is 7.`"]
+    assert shapes[2] == ["new", "`pays #`", "1 (100%)", "`pays 7`"]
+    report = write_report(study_dir, tmp_path / "reports").read_text()
+    assert "## What the policies wrote" in report and "| new | 1 | 2 | 50.0% |" in report

@@ -23,7 +23,15 @@ from grpo_core.rewards.code import (
     code_rewards,
     parse_code_answer,
 )
-from grpo_core.rewards.math import answer_span, math_reward, parse_gold
+from grpo_core.rewards.math import (
+    answer_span,
+    boxes,
+    halfwidth,
+    math_reward,
+    parse_gold,
+    stated_answer,
+    statements,
+)
 from grpo_core.rewards.mcq import gold_letter, mcq_answer, mcq_reward
 
 # Per-completion verifiers: (completion, gold answer) -> reward in [0, 1].
@@ -100,3 +108,30 @@ def final_answer(domain: str, completion: str) -> str | None:
     if domain == "mcq":
         return mcq_answer(completion)
     return None
+
+
+# The forms `answer_form` names, in the order a report lists them.
+ANSWER_FORMS = ("boxed", "stated", "program", "other")
+
+
+def answer_form(domain: str, completion: str) -> str:
+    """The form of the answer the verifier reads, for an auditor's tally of what was rewarded:
+    `boxed` (math: the completion has a `\\boxed{}`, which the verifier reads before any
+    statement; mcq: a box and no final-answer statement), `stated` (a final-answer statement,
+    "The answer is 85", "Answer: B", read where nothing is boxed for math, first for mcq),
+    `program` (code: a fenced or bare program, the verifier runs whatever it extracts) or
+    `other` (nothing of the domain's forms: the verifier reads no answer, so such a
+    completion earns 0 from the tiny world's verifiers, and a user's reward that pays one
+    shows here)."""
+    text = halfwidth(completion)
+    if domain == "math":
+        if boxes(text):
+            return "boxed"
+        return "stated" if stated_answer(text) is not None else "other"
+    if domain == "mcq":
+        if statements(text):
+            return "stated"
+        return "boxed" if boxes(text) else "other"
+    if domain == "code":
+        return "program" if text.strip() else "other"
+    return "other"

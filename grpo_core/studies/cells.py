@@ -27,9 +27,11 @@ from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, digest, write_json, write_parquet
 from grpo_core.rewards.shaping import format_reward
+from grpo_core.rewards.verify import answer_form
 from grpo_core.studies.spec import SEED_BASES, Study, cell_key, check_params, set_dotted
 
 STEP_METRICS = "metrics/train/plots/metrics"
+ROLLOUT_LOG_FILE = "data/rollouts.parquet"  # the train stage's one row per question per step
 # samples: k of avg@k (for the evaluation's own noise); format: the fraction of the k
 # completions that give their answer in the domain's form (rewards.shaping.format_reward).
 QUESTIONS = pa.schema(
@@ -135,9 +137,17 @@ def score(model_dir: Path, split: Path, params: dict, name: str) -> tuple[pa.Tab
 
 def completions(rows: list[dict]) -> pa.Table:
     """What an auditor reads to see what a model learned: each sampled and greedy completion
-    with its question, reward and length (no prompts: the eval split holds them)."""
+    with its question, reward, length and the form of the answer the verifier read
+    (`verify.answer_form`: boxed, stated, program, other); no prompts: the eval split holds
+    them."""
     keep = ("id", "source", "level", "decoding", "sample", "completion", "reward", "length")
-    return pa.Table.from_pylist([{k: r[k] for k in (*keep, "truncated")} for r in rows])
+    return pa.Table.from_pylist(
+        [
+            {k: r[k] for k in (*keep, "truncated")}
+            | {"form": answer_form(r["domain"], r["completion"])}
+            for r in rows
+        ]
+    )
 
 
 def accuracy_summary(table: pa.Table) -> dict:
@@ -181,14 +191,16 @@ def keep_cell(
     ws: Path, out: Path, table: pa.Table, metrics: dict, wall: dict, samples: pa.Table
 ) -> dict:
     """Write what a trained and scored cell keeps into the folder `out` (atomically) and
-    return its summary: per-question accuracies, its eval completions, the step metrics, the
-    dynamics tables (`KEPT_DYNAMICS`), the resolved train params and last-step metrics."""
+    return its summary: per-question accuracies, its eval completions, the rollout log, the
+    step metrics, the dynamics tables (`KEPT_DYNAMICS`), the resolved train params and
+    last-step metrics."""
     steps_csv = step_table(ws / STEP_METRICS)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         write_parquet(table, tmp / "questions.parquet")
         write_parquet(samples, tmp / "completions.parquet")
         (tmp / "train.csv").write_text(steps_csv)
+        shutil.copy(ws / ROLLOUT_LOG_FILE, tmp / "rollouts.parquet")
         shutil.copytree(ws / "metrics/dynamics", tmp / "dynamics", ignore=_not_kept)
         run = {
             "resolved": json.loads((ws / "models/policy/grpo_lab.json").read_text()),

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from grpo_core.io import atomic_path, write_json
-from grpo_core.studies import figures, stats
+from grpo_core.studies import audit, figures, stats
 from grpo_core.studies.claims import (
     MIN_SIGNAL,
     Verdicts,
@@ -324,6 +324,23 @@ def _markdown(results: Results, claims: Verdicts) -> str:
         "",
     ]
     out += _table(["variant", "rel_update", "changed_frac", *TOKEN_KEYS], _dynamics_rows(results))
+    head, forms = audit.form_table(results)
+    if forms:
+        out += ["", "## What the policies wrote (sampled evaluation completions, every seed)", ""]
+        out += [
+            "Per arm and level: the completions, the share rewarded, and how the rewarded ones "
+            "gave their answer (boxed; stated: a final-answer statement with nothing boxed; "
+            "program; other: none of the domain's forms, which the verifiers never pay). "
+            "Then each arm's most common shapes of rewarded completions (digits as #, ⏎ a "
+            "line break), with one of them as written: a shortcut or a hack shows here "
+            "(grpo_core/studies/audit.py).",
+            "",
+        ]
+        out += _table(head, forms)
+        out += [""]
+        out += _table(
+            ["arm", "shape", "rewarded completions", "an example"], audit.common_shapes(results)
+        )
     out += ["", "## Figures", ""]
     out += [
         f"![accuracy by level]({name}/accuracy.png)",

@@ -30,6 +30,7 @@ import torch
 from grpo_core.algorithms.offcontext import importance_weights
 from grpo_core.config.train import TrainParams
 from grpo_core.data.prompts import char_prefix, render_hinted
+from grpo_core.rewards.verify import final_answer
 from grpo_core.rollout.rollouts import Rollouts
 from grpo_core.rollout.scoring import score_rollouts
 from grpo_core.training.batch import Question, Sampled
@@ -193,12 +194,43 @@ class OffContext:
         return Sampled.cat(parts, self.sampler.tokenizer.pad_token_id).select(rows, fractions)
 
 
+def answer_tokens(tokenizer, ro: Rollouts, rows: list[int], domains: list[str]) -> torch.Tensor:
+    """(B, T) bool: for each row of `rows` (its domain in `domains`), the completion tokens that
+    write the answer the verifier reads (`verify.final_answer`'s text, where it occurs last in
+    the completion: a box's content, a stated answer, an option letter); False elsewhere and in
+    a row that gives no answer. A token is one when its characters overlap the answer's, its
+    characters found by decoding the completion's tokens up to it and up to the one before."""
+    out = torch.zeros_like(ro.completion_mask, dtype=torch.bool)
+    for b, domain in zip(rows, domains, strict=True):
+        ids = ro.completion_ids[b][ro.completion_mask[b].bool()].tolist()
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        answer = final_answer(domain, text)
+        start = text.rfind(answer) if answer else -1
+        if start < 0:  # none, or read through a normalisation that left the text
+            continue
+        end, before = start + len(answer), 0
+        for t in range(len(ids)):
+            after = len(tokenizer.decode(ids[: t + 1], skip_special_tokens=True))
+            out[b, t] = before < end and after > start
+            before = after
+    return out
+
+
 def guided_token_weights(
-    sampled: Sampled, old_logp: torch.Tensor, cfg: TrainParams
+    sampled: Sampled,
+    old_logp: torch.Tensor,
+    cfg: TrainParams,
+    answer: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, dict[str, float]]:
     """(B, T) OC-GRPO's importance weights (`correction: importance`; None otherwise or when
     no row is guided), w_t on the guided rows' completion tokens and 1 elsewhere; and the
-    guidance metrics. `old_logp`: pi_old under the context each row is trained under (x)."""
+    guidance metrics. `old_logp`: pi_old under the context each row is trained under (x).
+
+    `answer` (B, T) bool marks the answer's tokens (`answer_tokens`) of the solved guided
+    rows: their weights' mean, `oc/answer_weight_mean`, says whether the correction keeps the
+    gradient on the answers the hint unlocked (the paper's point: near 1 where the model
+    would write the answer unguided, near the floor where only the hint gives it). Logged only
+    at steps with such tokens (`oc/answer_tokens`)."""
     oc, g = cfg.oc_grpo, cfg.group_size
     guided = torch.tensor([f is not None for f in sampled.fractions], device=old_logp.device)
     metrics = {
@@ -220,6 +252,7 @@ def guided_token_weights(
         "oc/weight_at_floor": 0.0,
         "oc/weight_below_half": 0.0,
         "oc/weighted_tokens": float(tokens.sum()),
+        "oc/answer_tokens": 0.0,
     }
     if not tokens.any():
         return None, metrics
@@ -232,6 +265,11 @@ def guided_token_weights(
         "oc/weight_at_floor": float((on <= oc.floor).float().mean()),
         "oc/weight_below_half": float((on < 0.5).float().mean()),
     }
+    if answer is not None:
+        answer = answer & tokens
+        metrics["oc/answer_tokens"] = float(answer.sum())
+        if answer.any():
+            metrics["oc/answer_weight_mean"] = float(w[answer].mean())
     if oc.correction != "importance":
         return None, metrics
     return torch.where(tokens, w, torch.ones_like(w)), metrics

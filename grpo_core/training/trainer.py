@@ -25,7 +25,7 @@ from grpo_core.rollout.backends import RolloutBackend
 from grpo_core.rollout.rollouts import Rollouts
 from grpo_core.rollout.scoring import score_rollouts
 from grpo_core.training.batch import Question, Sampled
-from grpo_core.training.guidance import OffContext, guided_token_weights
+from grpo_core.training.guidance import OffContext, answer_tokens, guided_token_weights
 from grpo_core.training.parallel import data_parallel
 from grpo_core.training.rollout_log import log_rows, on_every_row, rollout_metrics
 from grpo_core.training.sampling import GroupSampler, backend_token_weights
@@ -132,7 +132,7 @@ class GRPOTrainer:
         # Weigh: CoDaPO's value on each question's advantages; OC-GRPO's importance weights on
         # guided rows' tokens, a rollout backend's truncated importance weights on sampled ones.
         values, adv_weights, codapo_metrics = self.codapo_values(confidence, difficulty)
-        token_weights, weight_metrics = self.token_weights(sampled, old_logp)
+        token_weights, weight_metrics = self.token_weights(sampled, old_logp, questions)
         metrics |= codapo_metrics | weight_metrics
         # Update on the trained groups (advantages, clipped policy gradient: update.py).
         trained, rows = self.trained_groups(rewards, sampled.solved)
@@ -251,14 +251,18 @@ class GRPOTrainer:
         return values, adv_weights, metrics
 
     def token_weights(
-        self, sampled: Sampled, old_logp: torch.Tensor
+        self, sampled: Sampled, old_logp: torch.Tensor, questions: list[Question]
     ) -> tuple[torch.Tensor | None, dict[str, float]]:
         """(B, T) weights on each token's advantage: OC-GRPO's importance weights on the tokens
         of guided rows, times a rollout backend's truncated importance weights; and their
-        metrics."""
+        metrics (OC-GRPO's on the answer tokens of the solved guided rows among them)."""
         token_weights, metrics = None, {}
         if self.cfg.oc_grpo.mode != "off":
-            token_weights, metrics = guided_token_weights(sampled, old_logp, self.cfg)
+            g = self.cfg.group_size
+            rows = torch.nonzero(sampled.guided_rows & sampled.solved).flatten().tolist()
+            domains = [questions[b // g].domain for b in rows]
+            answer = answer_tokens(self.tokenizer, sampled.ro, rows, domains)
+            token_weights, metrics = guided_token_weights(sampled, old_logp, self.cfg, answer)
         token_weights, tis = backend_token_weights(sampled.ro, token_weights, self.cfg.tis_cap)
         return token_weights, metrics | tis
 
