@@ -404,13 +404,13 @@ def test_the_learning_rate_probe_reads_the_cells_rate_and_trains_another(study_r
     assert refused.returncode and "not this cell: --extend refused" in refused.stderr
     # --set: another setting at the cell's own rate trains (the cell's metrics are not its)
     changed = tmp_path / "set.md"
-    with_set = [*probe[:12], "--set", "train.max_new_tokens=4", "--out", str(changed)]
+    with_set = [*probe[:12], "--set", "train.max_new_tokens=12", "--out", str(changed)]
     sh(repo, "env", f"PYTHONPATH={ROOT}", *with_set)
     got = json.loads(changed.with_suffix(".json").read_text())
-    assert got["set"] == {"train.max_new_tokens": 4}
+    assert got["set"] == {"train.max_new_tokens": 12}
     assert got["results"][f"{own:g}"]["source"] == "trained"
-    assert got["results"][f"{own:g}"]["length_last"] <= 4
-    assert "--set train.max_new_tokens=4" in changed.read_text()
+    assert got["results"][f"{own:g}"]["length_last"] <= 12
+    assert "--set train.max_new_tokens=12" in changed.read_text()
     bad = sh(repo, "env", f"PYTHONPATH={ROOT}", *probe[:12], "--set", "train.nope=1", check=False)
     assert bad.returncode and "nope" in bad.stderr
 
