@@ -149,3 +149,36 @@ def test_no_forward_of_sample_problems_holds_more_than_batch_size(
     torch.manual_seed(0)
     again = sample_problems(tiny_model, tokenizer, problems, cfg, "test", with_logprobs=True)
     assert again == rows
+
+
+@pytest.mark.parametrize("dtype, record", [("float32", "entropy"), ("bfloat16", "none")])
+def test_the_sampler_records_log_probs_only_where_scoring_reuses_them(
+    tokenizer, tiny_model, monkeypatch, dtype, record
+):
+    """A float32 model's sampler log-probs stand for the scoring forward's, so sample_problems
+    records them; a bf16 model's are scored by a forward anyway, so recording them would only
+    cost time (the exp over the vocabulary at every token): the same rows either way."""
+    import copy
+
+    import grpo_core.analysis.sampling as sampling
+    from grpo_core.models.precision import set_dtype
+
+    model = set_dtype(copy.deepcopy(tiny_model), dtype)
+    problems = [{"domain": "math", "prompt": arith.prompt(12, 7), "answer": "19"}]
+    cfg = SamplingParams(samples=4, batch_size=4, max_new_tokens=6)
+    asked, real = [], sampling.generate
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs["record"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sampling, "generate", spy)
+    torch.manual_seed(0)
+    rows = sample_problems(model, tokenizer, problems, cfg, "test", with_logprobs=True)
+    assert asked == [record]
+    # the rows and their mean log-probs are what recording everything gives
+    monkeypatch.setattr(
+        sampling, "generate", lambda *a, **kw: real(*a, **kw | {"record": "entropy"})
+    )
+    torch.manual_seed(0)
+    assert sample_problems(model, tokenizer, problems, cfg, "test", with_logprobs=True) == rows

@@ -386,3 +386,23 @@ def test_the_dtype_benchmark_measures_every_sampler_setting(qwen3_dir, tmp_path)
         for _, _, suffix in GENERATIONS:
             assert result[dtype][f"generate{suffix}_tokens_per_s"] > 0
     assert result["bfloat16"]["logp_max_abs_diff"] >= 0
+
+
+def test_the_update_benchmark_times_a_micro_batch_per_size_and_attention_kernel(
+    qwen3_dir, tmp_path
+):
+    """`benchmarks.smollm2_update` shrunk onto the tiny Qwen3: one row per micro-batch size
+    and attention kernel, in the table and its JSON."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "update.md"
+    args = ["--model", str(qwen3_dir), "--sizes", "2", "3", "--attention", "default", "math"]
+    args += ["--prompt", "3", "--completion", "4", "--repeats", "1", "--out", str(out)]
+    subprocess.run([sys.executable, "-m", "benchmarks.smollm2_update", *args], check=True, cwd=ROOT)
+    result = json.loads(out.with_suffix(".json").read_text())
+    got = [(r["rows"], r["attention"]) for r in result["results"]]
+    assert got == [(2, "default"), (3, "default"), (2, "math"), (3, "math")]
+    for r in result["results"]:
+        assert r["seconds"] > 0 and abs(r["per_row"] * r["rows"] - r["seconds"]) < 1e-3
+    assert "| 3 | math |" in out.read_text()

@@ -10,7 +10,7 @@ from grpo_core.config.sampling import SamplingParams
 from grpo_core.config.user_reward import RewardFunction
 from grpo_core.rewards.code import CodeRewardConfig, active_code_config
 from grpo_core.rewards.verify import final_answer, verify_batch
-from grpo_core.rollout.sampler import generate
+from grpo_core.rollout.sampler import computes_in_float32, generate
 from grpo_core.rollout.scoring import score_rollouts
 
 
@@ -77,8 +77,10 @@ def sample_problems(
             greedy=greedy,
             draw=cfg.draw,
             compact=cfg.compact,
-            # what scoring reuses (a float32 model's log-probs), or nothing
-            record="entropy" if with_logprobs else "none",
+            # what scoring reuses (a float32 model's log-probs), or nothing: a bf16 model's
+            # are scored by a forward anyway (`sampler.computes_in_float32`), and recording
+            # them costs a third of its sampling (the exp over the vocabulary at every token)
+            record="entropy" if with_logprobs and computes_in_float32(model) else "none",
         )
         lengths = ro.lengths.tolist()
         mean_logp: list[float] = []

@@ -9,7 +9,7 @@ backward passes, not Python. So the savings here are in tokens not recomputed:
   forward: the logits are there already), with the model state and temperature they belong to
   (`_sampler_key`), and `grpo_core.rollout.scoring.score_rollouts` returns them when asked for
   the sampling policy's log-probs at the sampling temperature, instead of a forward over the
-  batch; not for a bf16 model (`_computes_in_float32`).
+  batch; not for a bf16 model (`computes_in_float32`).
 Both change results only by float rounding (the same sums, computed in other shapes).
 
 A token is drawn with `torch.multinomial` by default, as `model.generate` draws it: the same
@@ -66,7 +66,7 @@ def _plain_sampler(model) -> bool:
     return config is None or all(getattr(config, k, None) in (None, v) for k, v in _NEUTRAL.items())
 
 
-def _computes_in_float32(model) -> bool:
+def computes_in_float32(model) -> bool:
     """Whether the sampler's log-probs stand for a forward's: in float32 they agree to 1e-6,
     but a bf16 model's cached decoding and its forward round apart by hundredths of a nat, so
     its rollouts carry no key and pi_old is scored by the forward the update runs (as verl
@@ -337,7 +337,7 @@ def generate(
             record=record,
             compact=compact,
         )
-        if not greedy and record == "entropy" and _computes_in_float32(model):
+        if not greedy and record == "entropy" and computes_in_float32(model):
             key = _sampler_key(model, temperature)
     else:
         completion = _generate_hf(
