@@ -14,12 +14,11 @@ base model and holds the merged params.yaml (grpo_core.studies.cells): small res
   the main pipeline's data (one per seed, shared by every such study; in the DVC cache);
 - base -> STUDY_DIR/base/SEED/ (questions, completions, eval.json) and STUDY_DIR/base/SEED.json;
 - cell -> STUDY_DIR/cells/VARIANT-SEED/ (questions.parquet: per-question avg@k and greedy;
-  completions.parquet: each eval completion, its reward and answer form; rollouts.parquet:
-  the train stage's rollout log (one row per question per step); train.csv: step metrics; dynamics/;
-  run.json: every resolved param, git state, base and eval set hashes, last-step metrics) and
-  STUDY_DIR/cells/VARIANT-SEED.json (its summary, a DVC metrics file: accuracy by level,
-  rollouts, steps, wall time, dynamics). Results are small, in git (`cache: false`). A killed
-cell keeps its workspace: rerun, and train resumes. Its `numerics` holds (restart_under)."""
+  completions.parquet: each eval completion, its reward, its answer's form; rollouts.parquet:
+  the rollout log; train.csv: step metrics; dynamics/; run.json: every resolved param, git
+  state, base and eval set hashes, last-step metrics) and STUDY_DIR/cells/VARIANT-SEED.json
+  (its summary, a DVC metrics file: accuracy by level, rollouts, steps, wall time, dynamics).
+Small results, in git (`cache: false`). A killed cell keeps its workspace (rerun: train resumes)."""
 
 from __future__ import annotations
 
