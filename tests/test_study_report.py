@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from grpo_core.errors import InputError
 from grpo_core.studies.findings import write_findings
 from grpo_core.studies.report import load_results, write_report
 from grpo_core.studies.spec import Study
@@ -408,6 +409,83 @@ def test_a_failed_precondition_makes_its_claims_not_testable(tmp_path):
     )
     assert first["checks"][0]["outcome"] == "reproduced"  # the numbers are still shown
     assert second["verdict"] == "contradicted"  # a claim it does not guard keeps its verdict
+
+
+def test_agreement_between_a_tiny_world_verdict_and_a_real_models():
+    from grpo_core.studies.findings import agreement
+
+    assert agreement("reproduced", "reproduced", 3) == "yes"
+    assert agreement("no effect", "no effect", 3) == "yes"
+    assert agreement("reproduced", "contradicted", 3) == "no"
+    assert agreement("no effect", "reproduced", 3) == "no"
+    assert agreement("reproduced", "inconclusive", 3) == "cannot tell"
+    assert agreement("not testable here", "reproduced", 3) == "cannot tell"
+    assert agreement("inconclusive", "inconclusive", 3) == "yes"  # both cannot tell, alike
+    assert agreement("reproduced", "inconclusive", 0) == "cells to run"
+
+
+def test_findings_set_a_real_models_verdicts_beside_the_tiny_worlds(tmp_path):
+    """`real` asks demo's first claim again (3 seeds, the same cells: the same verdict), and
+    `solo` asks demo's second claim on one seed (inconclusive against contradicted)."""
+    reports = tmp_path / "reports"
+    write_report(make_study(tmp_path), reports)
+    for name, seeds, claim, tiny in (
+        ("real", (0, 1, 2), 0, "demo/new-beats-grpo"),
+        ("solo", (0,), 1, "demo/new-moves-less"),
+        ("pending", (0,), 0, "demo/new-beats-grpo"),
+    ):
+        study_dir = make_study(tmp_path, name, seeds=seeds, dynamics=())
+        spec = yaml.safe_load((study_dir / "study.yaml").read_text())
+        spec["claims"][claim]["tiny_world"] = tiny
+        spec["claims"][claim]["transfer"] = f"why, read from {name}'s cells"
+        (study_dir / "study.yaml").write_text(yaml.safe_dump(spec))
+        if name == "pending":  # a study whose cells have not run
+            for folder in ("cells", "base"):
+                shutil.rmtree(study_dir / folder)
+        write_report(study_dir, reports)
+    lines = write_findings(reports, tmp_path / "docs" / "findings.md").read_text().splitlines()
+    # a claim with no cell run has no verdict: it waits, outside the counts
+    assert lines[4].startswith(
+        "8 claims: 2 reproduced, 0 no effect, 2 contradicted, 2 inconclusive, 0 not testable "
+        "here, 2 whose cells have not run, over studies demo, pending, real, solo;"
+    )
+    pending = [line for line in lines if line.startswith("| [pending]")]
+    assert [row.split(" | ")[5] for row in pending] == ["cells to run"] * 2
+    start = lines.index("## What transfers: the tiny world beside a real model")
+    assert lines[start + 4] == "1 cannot tell, 1 cells to run, 1 yes."
+    assert lines[start + 6] == "| question | tiny world | real model | agree | why |"
+    # the studies in name order: pending, real, solo
+    assert lines[start + 8 : start + 11] == [
+        (
+            "| new trains to a higher accuracy than grpo | [demo](../reports/demo.md) "
+            "`new-beats-grpo`: +12.0 [+4.8, +19.2] pts, 3 seeds → reproduced | "
+            "[pending](../reports/pending.md) `new-beats-grpo`: no cell run yet | "
+            "**cells to run** | why, read from pending's cells |"
+        ),
+        (
+            "| new trains to a higher accuracy than grpo | [demo](../reports/demo.md) "
+            "`new-beats-grpo`: +12.0 [+4.8, +19.2] pts, 3 seeds → reproduced | "
+            "[real](../reports/real.md) `new-beats-grpo`: +12.0 [+4.8, +19.2] pts, 3 seeds → "
+            "reproduced | **yes** | why, read from real's cells |"
+        ),
+        (
+            "| new grows confident in wrong answers and updates the weights less | "
+            "[demo](../reports/demo.md) `new-moves-less`: +0.2 [-0.158, +0.558], 3 seeds → "
+            "contradicted | [solo](../reports/solo.md) `new-moves-less`: +0.1, 1 seed → "
+            "inconclusive | **cannot tell** | why, read from solo's cells |"
+        ),
+    ]
+    # a reference to a claim no report has fails, naming the study file and the claim
+    spec = yaml.safe_load((tmp_path / "studies/solo/study.yaml").read_text())
+    spec["claims"][1]["tiny_world"] = "demo/no-such-claim"
+    (tmp_path / "studies/solo/study.yaml").write_text(yaml.safe_dump(spec))
+    write_report(tmp_path / "studies/solo", reports)
+    with pytest.raises(InputError, match=r"studies/solo/study.yaml: claim new-moves-less: "
+                       r"tiny_world 'demo/no-such-claim' names no claim"):  # fmt: skip
+        write_findings(reports, tmp_path / "docs" / "findings.md")
+    spec["claims"][1]["tiny_world"] = "no slash"
+    with pytest.raises(ValueError, match="tiny_world"):
+        Study.model_validate(spec)
 
 
 def test_findings_show_the_verdicts_before_beside_the_new(tmp_path):

@@ -5,13 +5,15 @@ A float32 run's bits depend on the kernels the CPU dispatches to: ATen picks its
 (AVX2 or AVX-512) by CPU, MKL its GEMM branch by CPU and thread count. Training amplifies a
 difference in the last bit into another model: the tiny base built on three machines from the
 same commit scored 39%, 47% and 92% at level 3. `numerics: portable` pins every choice made by
-CPU (`PORTABLE_ENV`), so a run gives the same bits on every x86-64 CPU with AVX2, Intel or AMD,
-at the same `threads`; `native` lets each CPU take its fastest kernels, and the outputs then
-differ by CPU. Under either the thread count is part of the computation: MKL's strict mode,
-which makes a GEMM independent of it, covers only its Intel-only AVX2 and AVX-512 branches,
-not the vendor-neutral COMPATIBLE one (measured: a 16 x 128 x 30 GEMM, the tiny model's LM
-head at a decode step, differs between 1 and 2 threads), so `threads` is every torch stage's
-dependency (benchmarks/results/numerics.md).
+CPU (`PORTABLE_ENV`), so a run gives the same bits whatever kernels the environment asks for and
+across the Intel machines measured, at the same `threads`; it does not across vendors: an AMD
+EPYC rebuilt the default run with another base (level 3 at 76.8% against 89.4%), whichever MKL
+branch it was given (benchmarks/results/numerics.md, "An AMD machine"). `native` lets each CPU
+take its fastest kernels, and the outputs then differ by CPU. Under either the thread count is
+part of the computation: MKL's strict mode, which makes a GEMM independent of it, covers only
+its Intel-only AVX2 and AVX-512 branches, not the vendor-neutral COMPATIBLE one (measured: a
+16 x 128 x 30 GEMM, the tiny model's LM head at a decode step, differs between 1 and 2
+threads), so `threads` is every torch stage's dependency (benchmarks/results/numerics.md).
 
 The settings are environment variables that torch, MKL and oneDNN read when they load, so
 `apply` runs when the `stages` package is imported (stages/__init__.py), before any of them.
@@ -29,10 +31,11 @@ from pydantic import Field
 Numerics = Annotated[
     Literal["portable", "native"],
     Field(
-        description="portable: the kernels every x86-64 CPU with AVX2 runs alike (ATen's AVX2 "
-        "kernels, MKL's vendor-neutral CNR branch, oneDNN capped at AVX2), so the same commit "
-        "and params, `threads` included, give the same bits on any such CPU: a run made "
-        "elsewhere is this run (benchmarks/results/numerics.md). native: each CPU's fastest "
+        description="portable: kernels pinned to what every x86-64 CPU with AVX2 has (ATen's "
+        "AVX2 kernels, MKL's vendor-neutral CNR branch, oneDNN capped at AVX2), so the same commit "
+        "and params, `threads` included, give the same bits on the Intel CPUs measured, not "
+        "on an AMD EPYC (another base from the same commit: benchmarks/results/numerics.md); "
+        "compare runs by their bases' hashes (`provenance`). native: each CPU's fastest "
         "kernels (AVX-512, AMX for bfloat16), and outputs that differ by CPU. Every stage "
         "that computes with torch reads it.",
     ),

@@ -13,11 +13,23 @@ the importance ratio of the first update is still exactly 1.
 Under LoRA the adapters peft adds afterwards stay float32 (its `autocast_adapter_dtype`), so
 the optimizer updates float32 weights; full fine-tuning of bf16 weights would lose every
 update smaller than 2^-8 of a weight, and `train` refuses it.
+
+bfloat16 is a speed-up only on a CPU that multiplies it in hardware (oneDNN's bf16 kernels:
+AVX-512 with BF16, or AMX). On an AVX2-only CPU (the AMD EPYC of benchmarks/results/
+cpu-matmul-avx2.md) torch falls back to scalar kernels: a bf16 matmul ran about 100x slower
+than float32 there, so `set_dtype` warns, and float32 is the dtype for such a machine.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import platform
+from pathlib import Path
+
 import torch
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -27,7 +39,42 @@ def set_dtype(model, dtype: str):
     float32, `to_bfloat16` for bfloat16. An unknown name is a ValueError."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: allowed values are {list(DTYPES)}")
-    return model if dtype == "float32" else to_bfloat16(model)
+    if dtype == "float32":
+        return model
+    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+    if on_cpu and not bf16_is_native():
+        log.warning(
+            "dtype bfloat16 on a CPU without bf16 matmul units (%s; oneDNN reports no bf16 "
+            "support): bf16 multiplies here far slower than float32 (about 100x on an AVX2 "
+            "EPYC: benchmarks/results/cpu-matmul-avx2.md); set the stage's dtype to float32 "
+            "on this machine",
+            cpu_name(),
+        )
+    return to_bfloat16(model)
+
+
+@functools.cache
+def bf16_is_native() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware, as oneDNN reports it (AVX-512 with
+    its BF16 instructions, or AMX): where it does not, torch computes bf16 matmuls with
+    scalar fallbacks."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return False
+
+
+@functools.cache
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's processor string."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
 
 
 def to_bfloat16(model):

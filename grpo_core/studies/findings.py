@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 
+from grpo_core.errors import InputError
 from grpo_core.io import atomic_path
 from grpo_core.studies import stats
 from grpo_core.studies.report import _table
@@ -39,7 +40,9 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         if isinstance(value, dict):
             before[key], whys[key] = value["verdict"], value.get("why")
     claims = [(s, c) for s in summaries for c in s["claims"]]
-    counts = {v: sum(c["verdict"] == v for _, c in claims) for v in VERDICTS}
+    # a claim none of whose cells has run has no verdict yet: it waits, outside the counts
+    to_run = {id(c) for _, c in claims if not any(ch["n"] for ch in c["checks"])}
+    counts = {v: sum(c["verdict"] == v for _, c in claims if id(c) not in to_run) for v in VERDICTS}
     ns = [ch["n"] for _, c in claims for ch in c["checks"]]
     run = [n for n in ns if n]  # a check whose cells have not run yet has n = 0
     seeds = (
@@ -54,6 +57,7 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         "",
         f"{len(claims)} claims: "
         + ", ".join(f"{n} {v}" for v, n in counts.items())
+        + (f", {len(to_run)} whose cells have not run" if to_run else "")
         + f", over studies {', '.join(s['name'] for s in summaries) or '(none)'}; each check "
         f"over {seeds} training seeds"
         + (f" ({waiting} wait for cells not yet run)" if waiting else "")
@@ -72,6 +76,8 @@ def write_findings(reports_root: Path, target: Path) -> Path:
     for s, c in claims:
         link = os.path.relpath(Path(reports_root) / f"{s['name']}.md", target.parent)
         verdict = f"**{c['verdict']}**" + (f" ({c['note']})" if c.get("note") else "")
+        if id(c) in to_run:
+            verdict = "cells to run"
         row = [
             f"[{s['name']}]({Path(link).as_posix()})",
             c["claim"],
@@ -103,6 +109,7 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         out += ["", "Claims with a verdict before that are no longer claims (retired or replaced; "
                 "the study file says why): " + "; ".join(f"`{k}` ({before[k]})" for k in gone)
                 + "."]  # fmt: skip
+    out += _transfer_section(claims, reports_root, target)
     out += _boundary_section(summaries, reports_root, target)
     with atomic_path(target) as tmp:
         tmp.write_text("\n".join(out) + "\n")
@@ -217,3 +224,89 @@ def _interval(d: dict) -> stats.Interval:
 
 def _fmt_difference(d: dict) -> str:
     return _interval(d).fmt(signed=True)
+
+
+# Whether a real model's verdict and the tiny world's say the same thing.
+AGREE, DISAGREE, CANNOT_TELL, TO_RUN = "yes", "no", "cannot tell", "cells to run"
+UNDECIDED = (stats.INCONCLUSIVE, stats.NOT_TESTABLE)
+
+
+def agreement(tiny: str, real: str, real_seeds: int) -> str:
+    """The transfer table's verdict on a pair: the same verdict agrees; a verdict that
+    cannot tell (inconclusive, not testable here) on either side cannot tell; two different
+    verdicts that both decide disagree; a real-model claim with no cell run yet waits."""
+    if not real_seeds:
+        return TO_RUN
+    if tiny == real:
+        return AGREE
+    if tiny in UNDECIDED or real in UNDECIDED:
+        return CANNOT_TELL
+    return DISAGREE
+
+
+def _transfer_section(
+    claims: list[tuple[dict, dict]], reports_root: Path, target: Path
+) -> list[str]:
+    """The transfer table: every claim that names the tiny world's claim asking the same
+    question (`tiny_world`), its verdict beside that one's, whether they agree, and why not."""
+    pairs = [(s, c) for s, c in claims if c.get("tiny_world")]
+    if not pairs:
+        return []
+    index = {f"{s['name']}/{c['id']}": (s, c) for s, c in claims}
+    rows, tally = [], {}
+    for s, c in pairs:
+        key = c["tiny_world"]
+        if key not in index:
+            raise InputError(
+                f"studies/{s['name']}/study.yaml: claim {c['id']}: tiny_world {key!r} names no "
+                f"claim of a report in {reports_root} (misspelt, or that study's report not "
+                "written yet)"
+            )
+        ts, tc = index[key]
+        seeds = max(ch["n"] for ch in c["checks"])
+        agree = agreement(tc["verdict"], c["verdict"], seeds)
+        tally[agree] = tally.get(agree, 0) + 1
+        rows.append(
+            [
+                c["claim"],
+                _side(ts, tc, reports_root, target),
+                _side(s, c, reports_root, target),
+                f"**{agree}**",
+                c.get("transfer") or "–",
+            ]
+        )
+    return [
+        "",
+        "## What transfers: the tiny world beside a real model",
+        "",
+        "Each claim asked of a real model (SmolLM2-135M-Instruct) beside the same claim in the "
+        "tiny world, with each side's first check (a difference in points where it reads "
+        "accuracy, a 95% interval over the seeds) and its verdict. *yes*: the same verdict; "
+        "*no*: two verdicts that both decide, and differ; *cannot tell*: one side is "
+        "inconclusive or not testable. Where they disagree, the last column says why, read from "
+        "both studies' cells: it is how to learn which tiny-world results to trust.",
+        "",
+        ", ".join(f"{n} {k}" for k, n in sorted(tally.items())) + ".",
+        "",
+    ] + _table(["question", "tiny world", "real model", "agree", "why"], rows)
+
+
+def _side(s: dict, c: dict, reports_root: Path, target: Path) -> str:
+    """A claim's study (linked), the interval of its first check with cells run, and its
+    verdict, in a cell."""
+    link = os.path.relpath(Path(reports_root) / f"{s['name']}.md", target.parent)
+    where = f"[{s['name']}]({Path(link).as_posix()}) `{c['id']}`"
+    run = [ch for ch in c["checks"] if ch["n"]]
+    if not run:
+        return f"{where}: no cell run yet"
+    check, n = run[0], run[0]["n"]
+    if check["metric"] == "accuracy":
+        number = f"{_interval(check).fmt(signed=True)} pts, {n} seed{'s' * (n != 1)}"
+    else:  # a dynamics metric, in its own unit
+        m, lo, hi = check["mean"], check["lo"], check["hi"]
+        number = (
+            f"{m:+.3g}"
+            + ("" if lo is None else f" [{lo:+.3g}, {hi:+.3g}]")
+            + f", {n} seed{'s' * (n != 1)}"
+        )
+    return f"{where}: {number} → {c['verdict']}"

@@ -86,6 +86,8 @@ def _summary(results: Results, claims: Verdicts) -> dict:
                 "claim": claim.claim,
                 "paper": claim.paper,
                 "source": claim.source,
+                "tiny_world": claim.tiny_world,
+                "transfer": claim.transfer,
                 "verdict": verdict.verdict,
                 "note": verdict.note,
                 "signal": claim_signal(results, claim),

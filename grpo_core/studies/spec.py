@@ -118,6 +118,18 @@ class Claim(_Strict):
         "a curriculum of ours, which no paper states); docs/findings.md marks the latter.",
     )
     checks: list[Check] = Field(min_length=1)
+    tiny_world: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+$",
+        description="The tiny world's claim that asks the same question, as `<study>/<claim "
+        "id>` (a real-model study's claim): docs/findings.md sets the two verdicts side by "
+        "side in its transfer table.",
+    )
+    transfer: str | None = Field(
+        None,
+        description="With `tiny_world`: what the two verdicts say together, and where they "
+        "disagree, why (written after reading both studies' cells).",
+    )
 
 
 class Budget(_Strict):
