@@ -1,6 +1,7 @@
 """How a stage computes and samples (`dtype`, `draw`): bfloat16 parameters with float32 LoRA
 adapters and a float32 saved policy (grpo_core/models/precision.py, stages/train.py), and the
-inverse-CDF token draw (grpo_core/rollout/sampler.py), on hand-computed cases."""
+inverse-CDF token draw (grpo_core/rollout/sampler.py), on hand-computed cases; and the warning
+for bf16 on a CPU without bf16 units."""
 
 import math
 
@@ -195,3 +196,46 @@ def test_a_bfloat16_models_rollouts_are_rescored_by_the_forward(tiny_model, toke
         forward, _ = token_logprobs(bf16, ro.input_ids, ro.attention_mask, ro.prompt_len)
     mask = ro.completion_mask.bool()
     assert torch.equal(old[mask], forward[mask])
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_on_a_cpu_without_bf16_units_warns(tiny_model, monkeypatch, caplog, native):
+    """On an AVX2-only CPU torch multiplies bf16 with fallbacks (8-140x slower than float32:
+    benchmarks/results/cpu-matmul-avx2.md): `set_dtype` says so, naming the CPU, and
+    still casts (the run is valid, only slow); float32 never warns."""
+    import copy
+    import logging
+
+    from grpo_core.models import precision
+
+    monkeypatch.setattr(precision, "bf16_is_native", lambda: native)
+    with caplog.at_level(logging.WARNING, logger=precision.__name__):
+        assert precision.set_dtype(tiny_model, "float32") is tiny_model
+        assert caplog.records == []
+        model = precision.set_dtype(copy.deepcopy(tiny_model), "bfloat16")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    warned = [r.getMessage() for r in caplog.records]
+    assert bool(warned) is not native
+    if warned:
+        assert precision.cpu_name() in warned[0] and "float32" in warned[0]
+
+
+def test_bf16_support_follows_the_cpus_flags():
+    """A CPU with AMX or AVX512-BF16 multiplies bf16 in hardware; one without AVX-512 does
+    not (the flags as Linux lists them; other CPUs are not asserted on)."""
+    from pathlib import Path
+
+    from grpo_core.models import precision
+
+    info = Path("/proc/cpuinfo")
+    if not info.exists():
+        pytest.skip("no /proc/cpuinfo")
+    flags = next(
+        (line.split(":", 1)[1].split() for line in info.read_text().splitlines()
+         if line.startswith("flags")), [],
+    )  # fmt: skip
+    if "amx_bf16" in flags or "avx512_bf16" in flags:
+        assert precision.bf16_is_native() is True
+    elif "avx512f" not in flags:
+        assert precision.bf16_is_native() is False
+    assert precision.cpu_name() != "unknown CPU"

@@ -4,6 +4,7 @@ its cells, a killed study resumes, a teammate's clone recomputes nothing."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -299,8 +300,8 @@ def test_a_study_runs_its_cells_through_dvc_and_reports(study_repo):
         steps = pq.read_table(cells / key / "rollouts.parquet").column("step").to_pylist()
         assert len(steps) == 4 * len(set(steps)) == 4 * (1 if key == "short-0" else 2)
     assert not (repo / "studies/tiny/.work/short-0").exists()  # the workspace is gone
-    # what the cell records of how it was made: every resolved param, the code's commit and
-    # the base model and eval set it ran on, by content
+    # what the cell records of how it was made: every resolved param, the code's commit, the
+    # machine, and the base model and eval set it ran on, by content
     run = json.loads((cells / "long-0/run.json").read_text())
     head = sh(repo, "git", "rev-parse", "HEAD").stdout.strip()
     assert run["git"] == {"commit": head, "changed": []}
@@ -312,6 +313,9 @@ def test_a_study_runs_its_cells_through_dvc_and_reports(study_repo):
         "base": digest(repo / "models/base"),
         "eval_set": digest(repo / "data/prepared/eval.parquet"),
     }
+    from grpo_core.models.precision import bf16_is_native, cpu_name
+
+    assert run["machine"] == {"cpu": cpu_name(), "bf16_native": bf16_is_native()}
     shown = sh(repo, "dvc", "metrics", "show").stdout
     assert "studies/tiny/cells/short-0.json" in shown and "studies/tiny/cells/long-0.json" in shown
     report = (repo / "reports/tiny.md").read_text()
@@ -534,6 +538,22 @@ def test_a_study_with_its_own_data_and_base_builds_them_in_its_upstream(study_re
     assert pq.read_table(up / "data/prepared/train.parquet").num_rows == 30 * 2  # levels 1-2
     assert (up / "models/base/model.safetensors").exists()
     assert json.loads((repo / "studies/own/cells/short-0.json").read_text())["steps"] == 1
+    # a clone whose DVC cache lacks the model: stages.study_models rebuilds the model alone,
+    # DVC finds it the recorded one, and nothing reruns (the profile is kept, not redone)
+    shutil.rmtree(up / "models")
+    status = sh(repo, "dvc", "status", "studies/own/dvc.yaml:upstream").stdout
+    assert "studies/own/upstream/models" in status
+    rebuilt = sh(repo, "python", "-m", "stages.study_models", "studies/own")
+    assert rebuilt.stdout.strip().endswith(
+        "the recorded model (dvc status lists no changed output)"
+    )
+    assert (up / "models/base/model.safetensors").exists()
+    assert not (repo / "studies/own/.work/models").exists()
+    assert _ran(sh(repo, "dvc", "repro", "studies/own/dvc.yaml")) == set()
+    # a study on the main pipeline's base has no model of its own to rebuild
+    refused = sh(repo, "python", "-m", "stages.study_models", "studies/tiny", check=False)
+    assert refused.returncode == 2
+    assert "studies/tiny: its cells train from the main pipeline's base" in refused.stderr
 
 
 @pipeline

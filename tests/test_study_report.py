@@ -589,7 +589,7 @@ def test_two_arms_whose_params_differ_beyond_their_variants_are_not_compared(tmp
     """Issue 39: SmolLM2's grpo-0 ran without held-out evaluation, with_format-0 with it. A
     check compares two arms only where their cells' recorded params differ by what the
     variants set; otherwise it is not testable here and names the param and both values."""
-    from grpo_core.studies.results import config_difference
+    from grpo_core.studies.results import config_difference, replication
 
     study_dir = make_study(tmp_path)
 
@@ -631,6 +631,23 @@ def test_two_arms_whose_params_differ_beyond_their_variants_are_not_compared(tmp
     assert config_difference(load_results(study_dir), "new", "grpo") == (
         "not compared: new-1 and grpo-1 ran with train.compact = False and True, which neither "
         "variant sets (re-run the older cell)"
+    )
+    # cells that record their machines: the same CPU compares, two CPUs do not
+    record("grpo", 1)
+    for variant, cpu in (("new", "AMD EPYC"), ("grpo", "AMD EPYC")):
+        run = json.loads((study_dir / "cells" / f"{variant}-1" / "run.json").read_text())
+        run["machine"] = {"cpu": cpu, "bf16_native": False}
+        (study_dir / "cells" / f"{variant}-1" / "run.json").write_text(json.dumps(run))
+    assert config_difference(load_results(study_dir), "new", "grpo") is None
+    run["machine"]["cpu"] = "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"
+    (study_dir / "cells" / "grpo-1" / "run.json").write_text(json.dumps(run))
+    assert config_difference(load_results(study_dir), "new", "grpo") == (
+        "not compared: new-1 and grpo-1 ran on different CPUs (AMD EPYC and Intel(R) Xeon(R) "
+        "Platinum 8481C CPU @ 2.70GHz), whose kernels compute other bits "
+        "(benchmarks/results/numerics.md; re-run one on the other's machine)"
+    )
+    assert replication(load_results(study_dir)).endswith(
+        "run on AMD EPYC (1 cell), Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz (1 cell)."
     )
 
 

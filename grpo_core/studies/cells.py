@@ -26,6 +26,7 @@ from grpo_core.config.runtime import CHOSEN, process_env, settings
 from grpo_core.data.schema import read_problems
 from grpo_core.errors import InputError
 from grpo_core.io import atomic_path, digest, write_json, write_parquet
+from grpo_core.models.precision import bf16_is_native, cpu_name
 from grpo_core.rewards.shaping import format_reward
 from grpo_core.rewards.verify import answer_form
 from grpo_core.studies.spec import SEED_BASES, Study, cell_key, check_params, set_dotted
@@ -264,11 +265,14 @@ def git_state(root: Path | None = None) -> dict:
 def provenance(ws: Path) -> dict:
     """What a cell records of how it was made: every param it ran with, resolved (the whole
     params.yaml of its workspace with the defaults filled in), the git state of the code,
-    and content hashes of its base model and eval set (grpo_core.io.digest)."""
+    the machine (its CPU, and whether it multiplies bf16 in hardware: kernels, and so bits,
+    differ by CPU, benchmarks/results/numerics.md) and content hashes of its base model and
+    eval set (grpo_core.io.digest)."""
     raw = yaml.safe_load((ws / "params.yaml").read_text())
     return {
         "params": parse_params(raw, Params, str(ws / "params.yaml")).model_dump(mode="json"),
         "git": git_state(),
+        "machine": {"cpu": cpu_name(), "bf16_native": bf16_is_native()},
         "provenance": {
             "base": digest(ws / "models/base"),
             "eval_set": digest(ws / "data/prepared/eval.parquet"),

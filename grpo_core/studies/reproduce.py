@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 
 from grpo_core.errors import InputError
 
-IGNORED_KEYS = frozenset({"wall_s", "git"})  # how long it took, where it ran: not results
+# how long it took, from what commit, on what machine: not results
+IGNORED_KEYS = frozenset({"wall_s", "git", "machine"})
 
 
 @dataclass(frozen=True)

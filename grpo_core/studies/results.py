@@ -143,14 +143,19 @@ def _run_record(results: Results, variant: str, seed: int) -> dict | None:
 
 
 def replication(results: Results) -> str:
-    """What a seed replicates, in words: the study's `bases` setting, and the bases its done
-    cells record (run.json's content hash of their base model; older cells record none)."""
+    """What a seed replicates, in words: the study's `bases` setting, and the bases and the
+    machines its done cells record (run.json's content hash of their base model and its
+    `machine`; older cells record neither)."""
     seen: dict[int, set[str]] = {}
+    cpus: dict[str, int] = {}  # the machines the cells record, and how many ran on each
     unrecorded = 0
     for variant, seed in results.study.cells():
         run = _run_record(results, variant, seed)
         if run is None:
             continue
+        cpu = run.get("machine", {}).get("cpu")
+        if cpu:
+            cpus[cpu] = cpus.get(cpu, 0) + 1
         base = run.get("provenance", {}).get("base")
         if base:
             seen.setdefault(seed, set()).add(base)
@@ -182,6 +187,11 @@ def replication(results: Results) -> str:
             told.append(f"seeds whose cells ran on different bases: {mixed}")
     if unrecorded:
         told.append(f"{unrecorded} cell(s) from before the base was recorded")
+    if cpus:
+        told.append(
+            "run on "
+            + ", ".join(f"{cpu} ({n} cell{'s' * (n != 1)})" for cpu, n in sorted(cpus.items()))
+        )
     if per_seed and (unrecorded or len(bases) < len(seen)):
         told.append(
             "so these intervals do not yet cover the base's variation: cells made before "
@@ -196,9 +206,10 @@ def _covered(key: str, overrides: set[str]) -> bool:
 
 def config_difference(results: Results, variant: str, baseline: str) -> str | None:
     """Why two arms cannot be compared: at some seed their cells ran on different base models
-    (their recorded content hashes differ), or with params that differ beyond what the two
-    variants set (a knob changed between the runs, a cell run before a default moved), named
-    with both values; None when they differ by the variants alone.
+    (their recorded content hashes differ), on different CPUs (where both record one), or with
+    params that differ beyond what the two variants set (a knob changed between the runs, a
+    cell run before a default moved), named with both values; None when they differ by the
+    variants alone.
 
     Cells record every resolved param (run.json `params`); a cell from before that record is
     read from what it does record (`resolved`: the train and reward params after the algo
@@ -222,6 +233,13 @@ def config_difference(results: Results, variant: str, baseline: str) -> str | No
             return (
                 f"not compared: {cell_key(variant, seed)} and {cell_key(baseline, seed)} may "
                 f"have run on different base models ({named}; re-run the older cell)"
+            )
+        cpus = [r.get("machine", {}).get("cpu") for r in (a, b)]
+        if None not in cpus and cpus[0] != cpus[1]:
+            return (
+                f"not compared: {cell_key(variant, seed)} and {cell_key(baseline, seed)} ran on "
+                f"different CPUs ({cpus[0]} and {cpus[1]}), whose kernels compute other bits "
+                "(benchmarks/results/numerics.md; re-run one on the other's machine)"
             )
         if "params" in a and "params" in b:
             fa, fb = flatten(a["params"]), flatten(b["params"])
