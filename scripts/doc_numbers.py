@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from grpo_core.studies.findings import has_run
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -280,7 +282,7 @@ def _findings(r: Results) -> dict[str, str]:
         for c in r.json(str(f.relative_to(r.root)))["claims"]
     ]
     # a claim none of whose cells has run has no verdict yet (findings counts it apart)
-    claims = [c for c in every if any(ch["n"] for ch in c["checks"])]
+    claims = [c for c in every if has_run(c)]
     out = {"claims": str(len(claims)), "waiting": str(len(every) - len(claims))}
     for verdict, key in [
         ("reproduced", "rep"),

@@ -414,14 +414,15 @@ def test_a_failed_precondition_makes_its_claims_not_testable(tmp_path):
 def test_agreement_between_a_tiny_world_verdict_and_a_real_models():
     from grpo_core.studies.findings import agreement
 
-    assert agreement("reproduced", "reproduced", 3) == "yes"
-    assert agreement("no effect", "no effect", 3) == "yes"
-    assert agreement("reproduced", "contradicted", 3) == "no"
-    assert agreement("no effect", "reproduced", 3) == "no"
-    assert agreement("reproduced", "inconclusive", 3) == "cannot tell"
-    assert agreement("not testable here", "reproduced", 3) == "cannot tell"
-    assert agreement("inconclusive", "inconclusive", 3) == "yes"  # both cannot tell, alike
-    assert agreement("reproduced", "inconclusive", 0) == "cells to run"
+    assert agreement("reproduced", "reproduced", True) == "yes"
+    assert agreement("no effect", "no effect", True) == "yes"
+    assert agreement("reproduced", "contradicted", True) == "no"
+    assert agreement("no effect", "reproduced", True) == "no"
+    assert agreement("reproduced", "inconclusive", True) == "cannot tell"
+    assert agreement("not testable here", "reproduced", True) == "cannot tell"
+    # two verdicts that cannot tell agree on nothing
+    assert agreement("inconclusive", "inconclusive", True) == "cannot tell"
+    assert agreement("reproduced", "inconclusive", False) == "cells to run"
 
 
 def test_findings_set_a_real_models_verdicts_beside_the_tiny_worlds(tmp_path):
@@ -643,7 +644,7 @@ def test_two_arms_whose_params_differ_beyond_their_variants_are_not_compared(tmp
     (study_dir / "cells" / "grpo-1" / "run.json").write_text(json.dumps(run))
     assert config_difference(load_results(study_dir), "new", "grpo") == (
         "not compared: new-1 and grpo-1 ran on different CPUs (AMD EPYC and Intel(R) Xeon(R) "
-        "Platinum 8481C CPU @ 2.70GHz), whose kernels compute other bits "
+        "Platinum 8481C CPU @ 2.70GHz), whose kernels may compute other bits "
         "(benchmarks/results/numerics.md; re-run one on the other's machine)"
     )
     assert replication(load_results(study_dir)).endswith(

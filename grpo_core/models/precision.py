@@ -58,7 +58,7 @@ def set_dtype(model, dtype: str):
 def bf16_is_native() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware, as oneDNN reports it (AVX-512 with
     its BF16 instructions, or AMX): where it does not, torch computes bf16 matmuls with
-    scalar fallbacks."""
+    fallback kernels (benchmarks/results/cpu-matmul-avx2.md)."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a build without oneDNN

@@ -41,8 +41,8 @@ def write_findings(reports_root: Path, target: Path) -> Path:
             before[key], whys[key] = value["verdict"], value.get("why")
     claims = [(s, c) for s in summaries for c in s["claims"]]
     # a claim none of whose cells has run has no verdict yet: it waits, outside the counts
-    to_run = {id(c) for _, c in claims if not any(ch["n"] for ch in c["checks"])}
-    counts = {v: sum(c["verdict"] == v for _, c in claims if id(c) not in to_run) for v in VERDICTS}
+    to_run = sum(not has_run(c) for _, c in claims)
+    counts = {v: sum(c["verdict"] == v for _, c in claims if has_run(c)) for v in VERDICTS}
     ns = [ch["n"] for _, c in claims for ch in c["checks"]]
     run = [n for n in ns if n]  # a check whose cells have not run yet has n = 0
     seeds = (
@@ -57,7 +57,7 @@ def write_findings(reports_root: Path, target: Path) -> Path:
         "",
         f"{len(claims)} claims: "
         + ", ".join(f"{n} {v}" for v, n in counts.items())
-        + (f", {len(to_run)} whose cells have not run" if to_run else "")
+        + (f", {to_run} whose cells have not run" if to_run else "")
         + f", over studies {', '.join(s['name'] for s in summaries) or '(none)'}; each check "
         f"over {seeds} training seeds"
         + (f" ({waiting} wait for cells not yet run)" if waiting else "")
@@ -76,7 +76,7 @@ def write_findings(reports_root: Path, target: Path) -> Path:
     for s, c in claims:
         link = os.path.relpath(Path(reports_root) / f"{s['name']}.md", target.parent)
         verdict = f"**{c['verdict']}**" + (f" ({c['note']})" if c.get("note") else "")
-        if id(c) in to_run:
+        if not has_run(c):
             verdict = "cells to run"
         row = [
             f"[{s['name']}]({Path(link).as_posix()})",
@@ -226,22 +226,27 @@ def _fmt_difference(d: dict) -> str:
     return _interval(d).fmt(signed=True)
 
 
+def has_run(claim: dict) -> bool:
+    """Whether any cell of a claim's checks has run (a summary.json claim): one none of
+    whose cells has run has no verdict yet."""
+    return any(check["n"] for check in claim["checks"])
+
+
 # Whether a real model's verdict and the tiny world's say the same thing.
 AGREE, DISAGREE, CANNOT_TELL, TO_RUN = "yes", "no", "cannot tell", "cells to run"
 UNDECIDED = (stats.INCONCLUSIVE, stats.NOT_TESTABLE)
 
 
-def agreement(tiny: str, real: str, real_seeds: int) -> str:
-    """The transfer table's verdict on a pair: the same verdict agrees; a verdict that
-    cannot tell (inconclusive, not testable here) on either side cannot tell; two different
-    verdicts that both decide disagree; a real-model claim with no cell run yet waits."""
-    if not real_seeds:
+def agreement(tiny: str, real: str, real_ran: bool) -> str:
+    """The transfer table's verdict on a pair: a verdict that cannot tell (inconclusive, not
+    testable here) on either side cannot tell, two of them alike included (they agree on
+    nothing); two verdicts that decide agree when they are the same and disagree otherwise;
+    a real-model claim with no cell run yet waits."""
+    if not real_ran:
         return TO_RUN
-    if tiny == real:
-        return AGREE
     if tiny in UNDECIDED or real in UNDECIDED:
         return CANNOT_TELL
-    return DISAGREE
+    return AGREE if tiny == real else DISAGREE
 
 
 def _transfer_section(
@@ -263,8 +268,7 @@ def _transfer_section(
                 "written yet)"
             )
         ts, tc = index[key]
-        seeds = max(ch["n"] for ch in c["checks"])
-        agree = agreement(tc["verdict"], c["verdict"], seeds)
+        agree = agreement(tc["verdict"], c["verdict"], has_run(c))
         tally[agree] = tally.get(agree, 0) + 1
         rows.append(
             [
@@ -296,10 +300,10 @@ def _side(s: dict, c: dict, reports_root: Path, target: Path) -> str:
     verdict, in a cell."""
     link = os.path.relpath(Path(reports_root) / f"{s['name']}.md", target.parent)
     where = f"[{s['name']}]({Path(link).as_posix()}) `{c['id']}`"
-    run = [ch for ch in c["checks"] if ch["n"]]
-    if not run:
+    if not has_run(c):
         return f"{where}: no cell run yet"
-    check, n = run[0], run[0]["n"]
+    check = next(ch for ch in c["checks"] if ch["n"])
+    n = check["n"]
     if check["metric"] == "accuracy":
         number = f"{_interval(check).fmt(signed=True)} pts, {n} seed{'s' * (n != 1)}"
     else:  # a dynamics metric, in its own unit

@@ -238,7 +238,7 @@ def config_difference(results: Results, variant: str, baseline: str) -> str | No
         if None not in cpus and cpus[0] != cpus[1]:
             return (
                 f"not compared: {cell_key(variant, seed)} and {cell_key(baseline, seed)} ran on "
-                f"different CPUs ({cpus[0]} and {cpus[1]}), whose kernels compute other bits "
+                f"different CPUs ({cpus[0]} and {cpus[1]}), whose kernels may compute other bits "
                 "(benchmarks/results/numerics.md; re-run one on the other's machine)"
             )
         if "params" in a and "params" in b:
